@@ -1,0 +1,175 @@
+//! Versioned entries: the unit every layer of woods stores and merges.
+//!
+//! Order: user key ascending (bytewise, a proper prefix first), then sequence number
+//! descending, so that the newest version of a key comes first.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// Longest key, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+/// Longest value (or merge operand), in bytes.
+pub const MAX_VALUE_LEN: usize = 1 << 20;
+/// Largest sequence number (56 bits; the top byte of the packed trailer holds the kind).
+pub const MAX_SEQ: u64 = (1 << 56) - 1;
+
+/// What an entry does to its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Deletes every older version.
+    Delete = 0,
+    /// Sets the value.
+    Put = 1,
+    /// A merge operand, folded onto older versions by the merge operator.
+    Merge = 2,
+}
+
+impl Kind {
+    /// Decodes a kind byte read from disk.
+    pub fn from_u8(b: u8) -> Result<Kind> {
+        match b {
+            0 => Ok(Kind::Delete),
+            1 => Ok(Kind::Put),
+            2 => Ok(Kind::Merge),
+            _ => Err(Error::corruption("entry", None, format!("unknown entry kind {b}"))),
+        }
+    }
+}
+
+/// One version of one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub key: Arc<[u8]>,
+    pub seq: u64,
+    pub kind: Kind,
+    /// The value (Put), the operand (Merge), or empty (Delete).
+    pub value: Arc<[u8]>,
+}
+
+impl Entry {
+    pub fn new(key: &[u8], seq: u64, kind: Kind, value: &[u8]) -> Entry {
+        Entry { key: Arc::from(key), seq, kind, value: Arc::from(value) }
+    }
+
+    /// Key and value bytes: what a user wrote.
+    pub fn user_bytes(&self) -> usize {
+        self.key.len() + self.value.len()
+    }
+}
+
+/// The total order of entries: key ascending, then sequence descending.
+pub fn cmp_entries(a_key: &[u8], a_seq: u64, b_key: &[u8], b_seq: u64) -> Ordering {
+    a_key.cmp(b_key).then(b_seq.cmp(&a_seq))
+}
+
+/// Checks a key against the limits.
+pub fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidKey { len: key.len() });
+    }
+    Ok(())
+}
+
+/// Checks a value against the limits.
+pub fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLarge { len: value.len() });
+    }
+    Ok(())
+}
+
+/// Little helpers for the byte formats: explicit little-endian integers and LEB128 varints.
+pub mod codec {
+    use crate::error::{Error, Result};
+
+    pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    pub fn put_u16(out: &mut Vec<u8>, v: u16) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_u32(out: &mut Vec<u8>, v: u32) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_u64(out: &mut Vec<u8>, v: u64) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+        put_varint(out, b.len() as u64);
+        out.extend_from_slice(b);
+    }
+
+    /// A cursor over a byte slice whose every read is bounds-checked and reports corruption
+    /// (never panics) when the input is short.
+    pub struct Reader<'a> {
+        pub buf: &'a [u8],
+        pub pos: usize,
+        what: &'static str,
+    }
+
+    impl<'a> Reader<'a> {
+        pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+            Reader { buf, pos: 0, what }
+        }
+        fn short(&self) -> Error {
+            Error::corruption(self.what, None, format!("truncated at byte {}", self.pos))
+        }
+        pub fn remaining(&self) -> usize {
+            self.buf.len() - self.pos
+        }
+        pub fn is_empty(&self) -> bool {
+            self.pos >= self.buf.len()
+        }
+        pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+            if self.remaining() < n {
+                return Err(self.short());
+            }
+            let s = &self.buf[self.pos..self.pos + n];
+            self.pos += n;
+            Ok(s)
+        }
+        pub fn u8(&mut self) -> Result<u8> {
+            Ok(self.take(1)?[0])
+        }
+        pub fn u16(&mut self) -> Result<u16> {
+            let b = self.take(2)?;
+            Ok(u16::from_le_bytes([b[0], b[1]]))
+        }
+        pub fn u32(&mut self) -> Result<u32> {
+            let b = self.take(4)?;
+            Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        }
+        pub fn u64(&mut self) -> Result<u64> {
+            let b = self.take(8)?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            Ok(u64::from_le_bytes(a))
+        }
+        pub fn varint(&mut self) -> Result<u64> {
+            let mut v = 0u64;
+            for shift in (0..64).step_by(7) {
+                let b = self.u8()?;
+                v |= ((b & 0x7f) as u64) << shift;
+                if b & 0x80 == 0 {
+                    return Ok(v);
+                }
+            }
+            Err(Error::corruption(self.what, None, "varint too long"))
+        }
+        pub fn bytes(&mut self) -> Result<&'a [u8]> {
+            let n = self.varint()?;
+            if n > self.remaining() as u64 {
+                return Err(self.short());
+            }
+            self.take(n as usize)
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Every file operation woods performs goes through [`Fs`]: the real backend ([`RealFs`]) and a
+//! fault-injecting in-memory one ([`FaultFs`]) used by the crash and power-cut tests.
+//!
+//! On top of it, [`PageFile`] addresses the data file in 4 KiB pages, counts every device read and
+//! write by purpose, and hands out page ranges through the [`Allocator`].
+
+mod alloc;
+mod aligned;
+mod fault;
+mod pagefile;
+mod real;
+
+use std::any::Any;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use alloc::{Allocator, Extent};
+pub use aligned::AlignedBuf;
+pub use fault::{FaultFs, FaultPlan};
+pub use pagefile::{seal_page, verify, PageFile, PAGE_BODY, PAGE_SIZE};
+pub use real::RealFs;
+
+use crate::error::Result;
+
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpenMode {
+    /// Create the file if it does not exist.
+    pub create: bool,
+    /// Ask for direct I/O (bypassing the OS page cache). Backends that cannot do it fall back to
+    /// buffered I/O; [`File::is_direct`] says which is in effect.
+    pub direct: bool,
+}
+
+/// A file system: the only way woods touches files.
+pub trait Fs: Send + Sync + 'static {
+    fn create_dir_all(&self, dir: &Path) -> Result<()>;
+    fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn File>>;
+    fn exists(&self, path: &Path) -> bool;
+    fn remove(&self, path: &Path) -> Result<()>;
+    fn rename(&self, from: &Path, to: &Path) -> Result<()>;
+    /// File names (not paths) in a directory.
+    fn list(&self, dir: &Path) -> Result<Vec<String>>;
+    /// Makes creations, renames and removals in `dir` durable.
+    fn sync_dir(&self, dir: &Path) -> Result<()>;
+    /// Takes an exclusive lock on `path` (created if needed) for as long as the guard lives.
+    /// A lock already held, by this process or another, is `Error::Locked`.
+    fn lock(&self, path: &Path) -> Result<Box<dyn Any + Send + Sync>>;
+}
+
+/// An open file. Positional reads and writes only; no shared cursor.
+pub trait File: Send + Sync {
+    /// Reads exactly `buf.len()` bytes at `off`; reading past the end is an error.
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> Result<()>;
+    /// Reads up to `buf.len()` bytes at `off`, returning how many were read (fewer at the end).
+    fn read_at(&self, buf: &mut [u8], off: u64) -> Result<usize>;
+    fn write_all_at(&self, buf: &[u8], off: u64) -> Result<()>;
+    /// Makes every completed write durable (fdatasync).
+    fn sync(&self) -> Result<()>;
+    fn len(&self) -> Result<u64>;
+    fn set_len(&self, len: u64) -> Result<()>;
+    fn is_direct(&self) -> bool;
+}
+
+/// Why a device read or write happened; every counter is kept per purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Purpose {
+    Wal = 0,
+    /// Moving a memtable into the index.
+    Flush = 1,
+    /// Reorganisation inside the index: merges, compactions, B-tree page rewrites.
+    Merge = 2,
+    /// Reads serving user gets and scans.
+    UserRead = 3,
+    Manifest = 4,
+}
+
+impl Purpose {
+    pub const ALL: [Purpose; 5] = [Purpose::Wal, Purpose::Flush, Purpose::Merge, Purpose::UserRead, Purpose::Manifest];
+    pub fn name(self) -> &'static str {
+        match self {
+            Purpose::Wal => "wal",
+            Purpose::Flush => "flush",
+            Purpose::Merge => "merge",
+            Purpose::UserRead => "user_read",
+            Purpose::Manifest => "manifest",
+        }
+    }
+}
+
+/// Device I/O counters, per purpose. Cheap atomics, always on.
+#[derive(Default, Debug)]
+pub struct IoCounters {
+    read_bytes: [AtomicU64; 5],
+    read_ops: [AtomicU64; 5],
+    write_bytes: [AtomicU64; 5],
+    write_ops: [AtomicU64; 5],
+    syncs: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IoSnapshot {
+    pub read_bytes: [u64; 5],
+    pub read_ops: [u64; 5],
+    pub write_bytes: [u64; 5],
+    pub write_ops: [u64; 5],
+    pub syncs: u64,
+}
+
+impl IoSnapshot {
+    pub fn total_written(&self) -> u64 {
+        self.write_bytes.iter().sum()
+    }
+    pub fn total_read(&self) -> u64 {
+        self.read_bytes.iter().sum()
+    }
+    pub fn written(&self, p: Purpose) -> u64 {
+        self.write_bytes[p as usize]
+    }
+    pub fn read(&self, p: Purpose) -> u64 {
+        self.read_bytes[p as usize]
+    }
+}
+
+impl IoCounters {
+    pub fn record_read(&self, p: Purpose, bytes: usize) {
+        self.read_bytes[p as usize].fetch_add(bytes as u64, Ordering::Relaxed);
+        self.read_ops[p as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn record_write(&self, p: Purpose, bytes: usize) {
+        self.write_bytes[p as usize].fetch_add(bytes as u64, Ordering::Relaxed);
+        self.write_ops[p as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn record_sync(&self) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn snapshot(&self) -> IoSnapshot {
+        let load = |a: &[AtomicU64; 5]| {
+            let mut out = [0u64; 5];
+            for (o, v) in out.iter_mut().zip(a.iter()) {
+                *o = v.load(Ordering::Relaxed);
+            }
+            out
+        };
+        IoSnapshot {
+            read_bytes: load(&self.read_bytes),
+            read_ops: load(&self.read_ops),
+            write_bytes: load(&self.write_bytes),
+            write_ops: load(&self.write_ops),
+            syncs: self.syncs.load(Ordering::Relaxed),
+        }
+    }
+}

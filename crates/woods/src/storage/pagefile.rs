@@ -1,0 +1,131 @@
+//! The data file, addressed in pages. Every page carries a crc32c (of its page number and body)
+//! in its last four bytes; reads verify it and go through the cache, writes fill it in.
+
+use std::sync::Arc;
+
+use super::{AlignedBuf, Allocator, Extent, File, IoCounters, Purpose};
+use crate::cache::{Cache, PageRef};
+use crate::error::{Error, Result};
+
+/// Bytes per page.
+pub const PAGE_SIZE: usize = 4096;
+/// Usable bytes per page (the rest is the checksum).
+pub const PAGE_BODY: usize = PAGE_SIZE - 4;
+
+/// The page store every index kind reads and writes: data file + cache + allocator + counters.
+pub struct PageFile {
+    file: Arc<dyn File>,
+    cache: Cache,
+    alloc: Allocator,
+    counters: Arc<IoCounters>,
+}
+
+fn page_crc(page: u64, body: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&page.to_le_bytes()), body)
+}
+
+/// Seals one page's bytes in place: computes and stores its checksum.
+pub fn seal_page(page: u64, buf: &mut [u8]) {
+    let crc = page_crc(page, &buf[..PAGE_BODY]);
+    buf[PAGE_BODY..PAGE_SIZE].copy_from_slice(&crc.to_le_bytes());
+}
+
+impl PageFile {
+    pub fn new(file: Arc<dyn File>, cache: Cache, alloc: Allocator, counters: Arc<IoCounters>) -> PageFile {
+        PageFile { file, cache, alloc, counters }
+    }
+
+    pub fn alloc(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    pub fn counters(&self) -> &Arc<IoCounters> {
+        &self.counters
+    }
+
+    pub fn is_direct(&self) -> bool {
+        self.file.is_direct()
+    }
+
+    /// Reads one page through the cache, verifying its checksum.
+    pub fn read(&self, page: u64, purpose: Purpose) -> Result<PageRef> {
+        if let Some(p) = self.cache.get(page) {
+            return Ok(p);
+        }
+        let p = Arc::new(self.read_uncached(page, purpose)?);
+        self.cache.insert(page, p.clone());
+        Ok(p)
+    }
+
+    /// Reads one page bypassing the cache (scans of whole runs, checks).
+    pub fn read_uncached(&self, page: u64, purpose: Purpose) -> Result<AlignedBuf> {
+        let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
+        self.file.read_exact_at(&mut buf, page * PAGE_SIZE as u64)?;
+        self.counters.record_read(purpose, PAGE_SIZE);
+        verify(page, &buf)?;
+        Ok(buf)
+    }
+
+    /// Reads `n` contiguous pages in one device request, verifying each; not cached.
+    pub fn read_many(&self, start: u64, n: usize, purpose: Purpose) -> Result<AlignedBuf> {
+        let mut buf = AlignedBuf::zeroed(n * PAGE_SIZE);
+        self.file.read_exact_at(&mut buf, start * PAGE_SIZE as u64)?;
+        self.counters.record_read(purpose, n * PAGE_SIZE);
+        for i in 0..n {
+            verify(start + i as u64, &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])?;
+        }
+        Ok(buf)
+    }
+
+    /// Writes whole pages starting at `start`; `buf.len()` is a multiple of `PAGE_SIZE` and each
+    /// page's checksum is filled in here. Cached copies of those pages are dropped.
+    pub fn write(&self, start: u64, mut buf: AlignedBuf, purpose: Purpose) -> Result<()> {
+        debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
+        let n = buf.len() / PAGE_SIZE;
+        for i in 0..n {
+            seal_page(start + i as u64, &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
+            self.cache.invalidate(start + i as u64);
+        }
+        self.file.write_all_at(&buf, start * PAGE_SIZE as u64)?;
+        self.counters.record_write(purpose, buf.len());
+        Ok(())
+    }
+
+    /// Writes pages into a list of extents, in order (for scattered allocations).
+    pub fn write_extents(&self, extents: &[Extent], buf: &[u8], purpose: Purpose) -> Result<()> {
+        let mut off = 0;
+        for e in extents {
+            let len = e.pages as usize * PAGE_SIZE;
+            self.write(e.start, AlignedBuf::from_slice(&buf[off..off + len]), purpose)?;
+            off += len;
+        }
+        Ok(())
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.counters.record_sync();
+        self.file.sync()
+    }
+
+    pub fn file_len(&self) -> Result<u64> {
+        self.file.len()
+    }
+}
+
+/// Checks a page's checksum.
+pub fn verify(page: u64, buf: &[u8]) -> Result<()> {
+    let stored = u32::from_le_bytes([buf[PAGE_BODY], buf[PAGE_BODY + 1], buf[PAGE_BODY + 2], buf[PAGE_BODY + 3]]);
+    let got = page_crc(page, &buf[..PAGE_BODY]);
+    if stored != got {
+        return Err(Error::corruption(
+            "data file",
+            Some(page),
+            format!("checksum mismatch (stored {stored:#010x}, computed {got:#010x})"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! The real file system backend: `std::fs` plus `O_DIRECT` and `flock` through libc.
+
+use std::any::Any;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{File, Fs, OpenMode};
+use crate::error::{Error, Result};
+
+/// The operating system's file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealFs;
+
+struct RealFile {
+    file: fs::File,
+    direct: bool,
+    name: String,
+}
+
+struct LockGuard {
+    _file: fs::File,
+}
+
+fn ctx(op: &str, path: &Path) -> String {
+    format!("{op} {}", path.display())
+}
+
+impl Fs for RealFs {
+    fn create_dir_all(&self, dir: &Path) -> Result<()> {
+        fs::create_dir_all(dir).map_err(|e| Error::io(ctx("creating directory", dir), e))
+    }
+
+    fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn File>> {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).create(mode.create);
+        if mode.direct {
+            let mut od = o.clone();
+            od.custom_flags(libc::O_DIRECT);
+            match od.open(path) {
+                Ok(file) => {
+                    return Ok(Arc::new(RealFile { file, direct: true, name: path.display().to_string() }))
+                }
+                // File systems without direct I/O (tmpfs) refuse the flag: fall back cleanly.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                Err(e) => return Err(Error::io(ctx("opening", path), e)),
+            }
+        }
+        let file = o.open(path).map_err(|e| Error::io(ctx("opening", path), e))?;
+        Ok(Arc::new(RealFile { file, direct: false, name: path.display().to_string() }))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn remove(&self, path: &Path) -> Result<()> {
+        fs::remove_file(path).map_err(|e| Error::io(ctx("removing", path), e))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        fs::rename(from, to).map_err(|e| Error::io(ctx("renaming", from), e))
+    }
+
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(dir).map_err(|e| Error::io(ctx("listing", dir), e))? {
+            let e = e.map_err(|e| Error::io(ctx("listing", dir), e))?;
+            if let Some(n) = e.file_name().to_str() {
+                out.push(n.to_string());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        let d = fs::File::open(dir).map_err(|e| Error::io(ctx("opening directory", dir), e))?;
+        d.sync_all().map_err(|e| Error::io(ctx("syncing directory", dir), e))
+    }
+
+    fn lock(&self, path: &Path) -> Result<Box<dyn Any + Send + Sync>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| Error::io(ctx("opening lock file", path), e))?;
+        // SAFETY: flock on a valid, owned descriptor.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let dir = path.parent().unwrap_or(path);
+                return Err(Error::Locked { path: dir.display().to_string() });
+            }
+            return Err(Error::io(ctx("locking", path), e));
+        }
+        Ok(Box::new(LockGuard { _file: file }))
+    }
+}
+
+impl File for RealFile {
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> Result<()> {
+        self.file
+            .read_exact_at(buf, off)
+            .map_err(|e| Error::io(format!("reading {} bytes at {off} of {}", buf.len(), self.name), e))
+    }
+
+    fn read_at(&self, buf: &mut [u8], off: u64) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], off + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(format!("reading at {off} of {}", self.name), e)),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_all_at(&self, buf: &[u8], off: u64) -> Result<()> {
+        self.file
+            .write_all_at(buf, off)
+            .map_err(|e| Error::io(format!("writing {} bytes at {off} of {}", buf.len(), self.name), e))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.file.sync_data().map_err(|e| Error::io(format!("syncing {}", self.name), e))
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self.file.metadata().map_err(|e| Error::io(format!("stat of {}", self.name), e))?.len())
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.file.set_len(len).map_err(|e| Error::io(format!("resizing {}", self.name), e))
+    }
+
+    fn is_direct(&self) -> bool {
+        self.direct
+    }
+}
