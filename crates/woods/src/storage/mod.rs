@@ -50,6 +50,7 @@ pub trait Fs: Send + Sync + 'static {
 }
 
 /// An open file. Positional reads and writes only; no shared cursor.
+#[allow(clippy::len_without_is_empty)]
 pub trait File: Send + Sync {
     /// Reads exactly `buf.len()` bytes at `off`; reading past the end is an error.
     fn read_exact_at(&self, buf: &mut [u8], off: u64) -> Result<()>;

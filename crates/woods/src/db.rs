@@ -1,0 +1,856 @@
+//! The database: sequence numbers, snapshots, the write path (WAL, memtable, pacing), the read
+//! path (memtables then index, merged by sequence number) and the background workers.
+
+use std::any::Any;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::batch::{self, WriteBatch};
+use crate::cache::{Cache, CacheStats};
+use crate::entry::{codec, Entry, Kind, MAX_SEQ};
+use crate::error::{Error, Result};
+use crate::index::{open_index, Index, IndexContext, IndexStats, Snapshots, Stall};
+use crate::manifest::Manifest;
+use crate::memtable::Memtable;
+use crate::merge::{resolve, EntryIter, MergeIter, Resolver};
+use crate::options::{Durability, Options, PersistedConfig};
+use crate::storage::{AlignedBuf, Allocator, Fs, IoCounters, IoSnapshot, OpenMode, PageFile, RealFs, PAGE_SIZE};
+use crate::wal::{self, WalWriter};
+
+/// Data file name inside the database directory.
+pub const DATA_FILE: &str = "data.woods";
+const LOCK_FILE: &str = "LOCK";
+/// Format version of the data file header and everything it implies.
+pub const FORMAT_MAJOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 0;
+const DATA_MAGIC: &[u8; 8] = b"WOODSDAT";
+/// Pages per device write while building runs (256 KiB).
+pub const EXTENT_PAGES: u32 = 64;
+
+/// Write-path counters.
+#[derive(Default)]
+struct Counters {
+    writes: AtomicU64,
+    user_bytes: AtomicU64,
+    pacing_delays: AtomicU64,
+    pacing_ns: AtomicU64,
+    pacing_max_ns: AtomicU64,
+    stalls: AtomicU64,
+    stall_ns: AtomicU64,
+    stall_max_ns: AtomicU64,
+    memtable_switches: AtomicU64,
+}
+
+/// What `Db::stats` reports.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    pub index: IndexStats,
+    pub io: IoSnapshot,
+    pub cache: CacheStats,
+    /// Whether the data file is read and written with direct I/O.
+    pub direct_io: bool,
+    pub writes: u64,
+    /// Key + value bytes written by users.
+    pub user_bytes: u64,
+    /// Writes delayed by debt pacing, total and worst delay.
+    pub pacing_delays: u64,
+    pub pacing_total: Duration,
+    pub pacing_max: Duration,
+    /// Writes that waited for index work or memtable room (LSM stall rules, full memtables).
+    pub stalls: u64,
+    pub stall_total: Duration,
+    pub stall_max: Duration,
+    pub memtable_switches: u64,
+    pub memtables: usize,
+    pub memtable_bytes: u64,
+    pub last_seq: u64,
+    pub durable_seq: u64,
+    pub file_bytes: u64,
+    pub file_pages: u64,
+    pub free_pages: u64,
+}
+
+struct MemState {
+    active: Arc<Memtable>,
+    /// Frozen memtables handed to the index but not yet durable there, oldest first.
+    frozen: Vec<Arc<Memtable>>,
+}
+
+struct WriterState {
+    last_seq: u64,
+    next_wal: u64,
+}
+
+struct Inner {
+    dir: PathBuf,
+    fs: Arc<dyn Fs>,
+    opts: Options,
+    config: Mutex<PersistedConfig>,
+    store: Arc<PageFile>,
+    manifest: Arc<Manifest>,
+    index: Arc<dyn Index>,
+    wal: Option<WalWriter>,
+    writer: Mutex<WriterState>,
+    mems: RwLock<MemState>,
+    visible: AtomicU64,
+    snapshots: Arc<Snapshots>,
+    failure: Mutex<Option<String>>,
+    closed: AtomicBool,
+    shutdown: AtomicBool,
+    work_lock: Mutex<()>,
+    work_cv: Condvar,
+    counters: Counters,
+    io: Arc<IoCounters>,
+    _lock: Box<dyn Any + Send + Sync>,
+}
+
+/// An open database. `Send + Sync`: share it between threads with an `Arc`.
+pub struct Db {
+    inner: Arc<Inner>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn elapsed_ns(t: Instant) -> u64 {
+    t.elapsed().as_nanos().min(u64::MAX as u128) as u64
+}
+
+fn write_header(kind: &PersistedConfig) -> AlignedBuf {
+    let mut h = Vec::new();
+    h.extend_from_slice(DATA_MAGIC);
+    codec::put_u16(&mut h, FORMAT_MAJOR);
+    codec::put_u16(&mut h, FORMAT_MINOR);
+    codec::put_u32(&mut h, PAGE_SIZE as u32);
+    codec::put_u32(&mut h, EXTENT_PAGES);
+    let cfg = kind.encode();
+    codec::put_bytes(&mut h, &cfg);
+    let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
+    buf[..h.len()].copy_from_slice(&h);
+    buf
+}
+
+fn check_header(page: &[u8]) -> Result<()> {
+    if &page[..8] != DATA_MAGIC {
+        return Err(Error::corruption("data file header", Some(0), "bad magic"));
+    }
+    let major = u16::from_le_bytes([page[8], page[9]]);
+    if major != FORMAT_MAJOR {
+        return Err(Error::UnsupportedFormat { found_major: major, supported_major: FORMAT_MAJOR });
+    }
+    let page_size = u32::from_le_bytes([page[12], page[13], page[14], page[15]]);
+    if page_size as usize != PAGE_SIZE {
+        return Err(Error::corruption("data file header", Some(0), format!("page size {page_size}")));
+    }
+    Ok(())
+}
+
+impl Db {
+    /// Opens the database in directory `path`, creating it if it does not exist.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        opts.validate()?;
+        let dir = path.as_ref().to_path_buf();
+        let fs: Arc<dyn Fs> = opts.fs.clone().unwrap_or_else(|| Arc::new(RealFs));
+        fs.create_dir_all(&dir)?;
+        let lock = fs.lock(&dir.join(LOCK_FILE))?;
+        let io = Arc::new(IoCounters::default());
+        let data_path = dir.join(DATA_FILE);
+
+        let exists = Manifest::exists(&*fs, &dir);
+        let (manifest, state, config) = if exists {
+            let (m, st) = Manifest::open(fs.clone(), &dir, io.clone())?;
+            let stored = PersistedConfig::decode(&st.config)?;
+            if let Some(k) = &opts.index {
+                if k != &stored.index {
+                    return Err(Error::OptionsMismatch {
+                        option: "index".into(),
+                        stored: format!("{:?}", stored.index),
+                        given: format!("{k:?}"),
+                    });
+                }
+            }
+            if let Some(name) = &stored.merge_operator {
+                match &opts.merge_operator {
+                    None => {
+                        return Err(Error::MergeOperator(format!(
+                            "the database holds Merge entries written with operator {name:?}; open it with that operator"
+                        )))
+                    }
+                    Some(op) if op.name() != name => {
+                        return Err(Error::OptionsMismatch {
+                            option: "merge_operator".into(),
+                            stored: name.clone(),
+                            given: op.name().to_string(),
+                        })
+                    }
+                    Some(_) => {}
+                }
+            }
+            (m, st, stored)
+        } else {
+            let config = PersistedConfig {
+                index: opts.index.clone().unwrap_or_else(|| crate::IndexKind::Lsm(Default::default())),
+                comparator: "bytewise".into(),
+                merge_operator: None,
+            };
+            // The data file first (header synced), then the manifest that makes it a database.
+            let f = fs.open(&data_path, OpenMode { create: true, direct: opts.direct_io })?;
+            f.set_len(0)?;
+            f.write_all_at(&write_header(&config), 0)?;
+            f.sync()?;
+            fs.sync_dir(&dir)?;
+            let m = Manifest::create(fs.clone(), &dir, PAGE_SIZE as u32, EXTENT_PAGES, config.encode(), io.clone())?;
+            let st = m.state();
+            (m, st, config)
+        };
+        let manifest = Arc::new(manifest);
+
+        let file = fs.open(&data_path, OpenMode { create: false, direct: opts.direct_io })?;
+        let mut hdr = AlignedBuf::zeroed(PAGE_SIZE);
+        file.read_exact_at(&mut hdr, 0)?;
+        check_header(&hdr)?;
+        let alloc = Allocator::from_allocated(1, &state.allocated);
+        let store = Arc::new(PageFile::new(file, Cache::new(opts.cache_bytes), alloc, io.clone()));
+        let snapshots = Arc::new(Snapshots::default());
+        let ctx = IndexContext {
+            store: store.clone(),
+            manifest: manifest.clone(),
+            snapshots: snapshots.clone(),
+            merge_op: opts.merge_operator.clone(),
+            dir: dir.clone(),
+            memtable_bytes: opts.memtable_bytes,
+        };
+        let index = open_index(&config.index, ctx, &state.index_meta, state.durable_seq)?;
+
+        // Replay the log: everything after what the index holds durably.
+        let wal_files = wal::list_wal_files(&*fs, &dir)?;
+        let replay = wal::replay(&*fs, &dir, &io)?;
+        wal::seal_recovered(&*fs, &dir, &replay, &io)?;
+        let mut last_seq = state.durable_seq;
+        let next_wal = wal_files.last().copied().unwrap_or(0) + 1;
+        let inner = Arc::new(Inner {
+            dir: dir.clone(),
+            fs: fs.clone(),
+            config: Mutex::new(config),
+            store,
+            manifest,
+            index,
+            wal: None,
+            writer: Mutex::new(WriterState { last_seq, next_wal }),
+            mems: RwLock::new(MemState { active: Arc::new(Memtable::new(0)), frozen: Vec::new() }),
+            visible: AtomicU64::new(last_seq),
+            snapshots,
+            failure: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            work_lock: Mutex::new(()),
+            work_cv: Condvar::new(),
+            counters: Counters::default(),
+            io,
+            _lock: lock,
+            opts: opts.clone(),
+        });
+        let mut replayed = false;
+        for rec in &replay.records {
+            let b = batch::decode(rec)?;
+            if b.first_seq <= state.durable_seq {
+                continue;
+            }
+            if b.first_seq != last_seq + 1 {
+                // A gap means records were lost in the middle: stop at the prefix we have.
+                break;
+            }
+            let mem = inner.mems.read().active.clone();
+            for (i, (kind, k, v)) in b.ops.iter().enumerate() {
+                mem.insert(k, b.first_seq + i as u64, *kind, v);
+            }
+            last_seq = b.first_seq + b.ops.len() as u64 - 1;
+            replayed = true;
+            if mem.bytes() >= inner.opts.memtable_bytes {
+                inner.visible.store(last_seq, Ordering::Release);
+                inner.make_room()?;
+            }
+        }
+        {
+            inner.writer.lock().last_seq = last_seq;
+            inner.visible.store(last_seq, Ordering::Release);
+        }
+        if replayed {
+            inner.flush_all()?;
+        }
+        // Everything replayed is durable in the index now: the old logs can go.
+        for n in &wal_files {
+            fs.remove(&wal::wal_file_path(&dir, *n))?;
+        }
+        if !wal_files.is_empty() {
+            fs.sync_dir(&dir)?;
+        }
+        let inner = match Arc::try_unwrap(inner) {
+            Ok(mut i) => {
+                if i.opts.wal {
+                    let w = WalWriter::create(fs.clone(), &dir, next_wal, i.io.clone())?;
+                    i.mems.get_mut().active = Arc::new(Memtable::new(next_wal));
+                    i.writer.get_mut().next_wal = next_wal + 1;
+                    i.wal = Some(w);
+                }
+                Arc::new(i)
+            }
+            Err(_) => unreachable!("no other handle to the database exists during open"),
+        };
+        let db = Db { inner, workers: Mutex::new(Vec::new()) };
+        db.start_workers();
+        Ok(db)
+    }
+
+    fn start_workers(&self) {
+        let mut ws = self.workers.lock();
+        for _ in 0..self.inner.opts.background_threads {
+            let inner = self.inner.clone();
+            ws.push(std::thread::spawn(move || inner.worker_loop()));
+        }
+    }
+
+    /// Sets `key` to `value` with the default durability.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write(&b)
+    }
+
+    /// Deletes `key`.
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(&b)
+    }
+
+    /// Adds a merge operand for `key` (needs a merge operator).
+    pub fn merge(&self, key: impl AsRef<[u8]>, operand: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.merge(key, operand);
+        self.write(&b)
+    }
+
+    /// Applies a batch atomically with the default durability.
+    pub fn write(&self, batch: &WriteBatch) -> Result<()> {
+        self.write_with(batch, self.inner.opts.durability)
+    }
+
+    /// Applies a batch atomically; with `Durability::Sync` it is on the device when this returns.
+    pub fn write_with(&self, batch: &WriteBatch, durability: Durability) -> Result<()> {
+        self.inner.write(batch, durability)
+    }
+
+    /// The value of `key`, if any.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let seq = self.inner.pin_seq();
+        let r = self.inner.get_at(key.as_ref(), seq);
+        self.inner.snapshots.release(seq);
+        r
+    }
+
+    /// A consistent point-in-time view; reads through it ignore later writes.
+    pub fn snapshot(&self) -> Snapshot {
+        let seq = self.inner.pin_seq();
+        Snapshot { inner: self.inner.clone(), seq }
+    }
+
+    /// Iterates `(key, value)` over a key range, ascending, from a consistent point in time.
+    pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
+        let seq = self.inner.pin_seq();
+        DbIter::new(self.inner.clone(), seq, bound(range.start_bound()), bound(range.end_bound()), false, true)
+    }
+
+    /// Like [`Db::range`], descending.
+    pub fn range_rev<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
+        let seq = self.inner.pin_seq();
+        DbIter::new(self.inner.clone(), seq, bound(range.start_bound()), bound(range.end_bound()), true, true)
+    }
+
+    /// Iterates every key, ascending.
+    pub fn iter(&self) -> Result<DbIter> {
+        self.range::<std::ops::RangeFull>(..)
+    }
+
+    /// Makes every acknowledged write durable.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.check_failed()?;
+        if let Some(w) = &self.inner.wal {
+            let r = w.sync_to(u64::MAX);
+            self.inner.note(r)?;
+        }
+        Ok(())
+    }
+
+    /// Moves every memtable into the index and makes it durable there.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.check_failed()?;
+        self.inner.flush_all()
+    }
+
+    /// Counters and shape.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Verifies every page checksum and structural invariant of the index; returns the number of
+    /// entries (all versions) in the index.
+    pub fn check(&self) -> Result<u64> {
+        self.inner.index.check()
+    }
+
+    /// The index kind and its parameters.
+    pub fn index_kind(&self) -> crate::IndexKind {
+        self.inner.config.lock().index.clone()
+    }
+
+    /// Flushes everything into the index and closes the database.
+    pub fn close(self) -> Result<()> {
+        let r = if self.inner.failure.lock().is_none() { self.inner.flush_all() } else { Ok(()) };
+        self.inner.closed.store(true, Ordering::Release);
+        self.stop_workers();
+        r
+    }
+
+    fn stop_workers(&self) {
+        self.inner.shutdown.store(true, Ordering::Release);
+        self.inner.work_cv.notify_all();
+        for h in self.workers.lock().drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        // Without close(): nothing is flushed (the log has it); just stop the workers.
+        self.stop_workers();
+    }
+}
+
+fn bound(b: Bound<&Vec<u8>>) -> Bound<Vec<u8>> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.clone()),
+        Bound::Excluded(k) => Bound::Excluded(k.clone()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl Inner {
+    fn check_failed(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if let Some(cause) = &*self.failure.lock() {
+            return Err(Error::ReadOnly { cause: cause.clone() });
+        }
+        Ok(())
+    }
+
+    /// Records a failure: the database turns read-only until reopened.
+    fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            let mut f = self.failure.lock();
+            if f.is_none() {
+                *f = Some(e.to_string());
+            }
+        }
+        r
+    }
+
+    /// Registers and returns the current visible sequence number as a read point.
+    fn pin_seq(&self) -> u64 {
+        self.snapshots.acquire_current(&self.visible)
+    }
+
+    fn get_at(&self, key: &[u8], seq: u64) -> Result<Option<Vec<u8>>> {
+        crate::entry::check_key(key)?;
+        let (active, frozen) = {
+            let m = self.mems.read();
+            (m.active.clone(), m.frozen.clone())
+        };
+        let mut versions: Vec<Entry> = Vec::new();
+        let mut done = active.get(key, seq, &mut versions);
+        for m in frozen.iter().rev() {
+            if done {
+                break;
+            }
+            done = m.get(key, seq, &mut versions);
+        }
+        if !done {
+            let mut more = Vec::new();
+            self.index.get(key, seq, &mut more)?;
+            // The index may already hold a frozen memtable's entries: skip repeats.
+            for e in more {
+                if !versions.iter().any(|v| v.seq == e.seq) {
+                    versions.push(e);
+                }
+            }
+        }
+        versions.sort_by(|a, b| b.seq.cmp(&a.seq));
+        Ok(resolve(key, &versions, seq, self.opts.merge_operator.as_ref())?.map(|v| v.to_vec()))
+    }
+
+    fn write(&self, batch: &WriteBatch, durability: Durability) -> Result<()> {
+        self.check_failed()?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        batch.validate()?;
+        let limit = (self.opts.memtable_bytes / 2) as usize;
+        if batch.size_bytes() > limit {
+            return Err(Error::BatchTooLarge { bytes: batch.size_bytes(), limit });
+        }
+        if batch.has_merge() {
+            self.ensure_merge_operator()?;
+        }
+        self.apply_stall()?;
+        let pos;
+        {
+            let mut w = self.writer.lock();
+            self.check_failed()?;
+            let room_needed = batch.size_bytes() as u64;
+            if self.mems.read().active.bytes() + room_needed > self.opts.memtable_bytes {
+                drop(w);
+                self.make_room()?;
+                w = self.writer.lock();
+                self.check_failed()?;
+            }
+            let first = w.last_seq + 1;
+            let last = first + batch.len() as u64 - 1;
+            if last > MAX_SEQ {
+                return Err(Error::InvalidOption("sequence numbers exhausted".into()));
+            }
+            pos = match &self.wal {
+                Some(wal) => Some(self.note(wal.append(&batch.encode(first)))?),
+                None => None,
+            };
+            let mem = self.mems.read().active.clone();
+            for (i, (kind, k, v)) in batch.ops.iter().enumerate() {
+                mem.insert(k, first + i as u64, *kind, v);
+            }
+            w.last_seq = last;
+            self.visible.store(last, Ordering::Release);
+        }
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        let ub: usize = batch.ops.iter().map(|(_, k, v)| k.len() + v.len()).sum();
+        self.counters.user_bytes.fetch_add(ub as u64, Ordering::Relaxed);
+        if durability == Durability::Sync {
+            if let (Some(wal), Some(p)) = (&self.wal, pos) {
+                self.note(wal.sync_to(p))?;
+            }
+        }
+        self.pace(batch.size_bytes() as u64)
+    }
+
+    fn ensure_merge_operator(&self) -> Result<()> {
+        let Some(op) = &self.opts.merge_operator else {
+            return Err(Error::MergeOperator("merge() needs Options::merge_operator".into()));
+        };
+        let mut cfg = self.config.lock();
+        if cfg.merge_operator.is_none() {
+            cfg.merge_operator = Some(op.name().to_string());
+            let r = self.manifest.set_config(cfg.encode());
+            if r.is_err() {
+                cfg.merge_operator = None;
+            }
+            self.note(r)?;
+        }
+        Ok(())
+    }
+
+    /// LevelDB-style throttling for index kinds that ask for it.
+    fn apply_stall(&self) -> Result<()> {
+        match self.index.stall() {
+            Stall::None => Ok(()),
+            Stall::Slowdown(us) => {
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_micros(us));
+                self.record_stall(t);
+                Ok(())
+            }
+            Stall::Stop => {
+                let t = Instant::now();
+                while self.index.stall() == Stall::Stop {
+                    self.check_failed()?;
+                    self.do_work(u64::MAX)?;
+                }
+                self.record_stall(t);
+                Ok(())
+            }
+        }
+    }
+
+    fn record_stall(&self, t: Instant) {
+        let ns = elapsed_ns(t);
+        self.counters.stalls.fetch_add(1, Ordering::Relaxed);
+        self.counters.stall_ns.fetch_add(ns, Ordering::Relaxed);
+        self.counters.stall_max_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// Debt pacing: a writer works off debt in proportion to the memtable room it used, so the
+    /// index is ready for the next memtable when the active one fills, and no writer ever waits
+    /// for a whole reorganisation.
+    fn pace(&self, used: u64) -> Result<()> {
+        if !self.index_paced() {
+            return Ok(());
+        }
+        let debt = self.index.debt();
+        if debt == 0 {
+            return Ok(());
+        }
+        self.work_cv.notify_one();
+        let active = self.mems.read().active.bytes();
+        let room = self.opts.memtable_bytes.saturating_sub(active).max(1);
+        let credit = ((debt as u128 * used as u128).div_ceil(room as u128)).min(u64::MAX as u128) as u64;
+        let t = Instant::now();
+        self.do_work(credit.max(1))?;
+        let ns = elapsed_ns(t);
+        self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
+        self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
+        self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn index_paced(&self) -> bool {
+        !matches!(self.config.lock().index, crate::IndexKind::Lsm(_))
+    }
+
+    fn do_work(&self, budget: u64) -> Result<u64> {
+        let r = self.index.work(budget);
+        let done = self.note(r)?;
+        self.reap()?;
+        Ok(done)
+    }
+
+    /// Waits (working inline) until the index can take the active memtable, then swaps it.
+    fn make_room(&self) -> Result<()> {
+        let t = Instant::now();
+        let mut waited = false;
+        loop {
+            let mut w = self.writer.lock();
+            self.check_failed()?;
+            if self.mems.read().active.bytes() == 0 {
+                return Ok(());
+            }
+            if self.index.debt() == 0 {
+                self.rotate_memtable(&mut w)?;
+                drop(w);
+                if waited {
+                    self.record_stall(t);
+                }
+                return Ok(());
+            }
+            drop(w);
+            waited = true;
+            self.do_work(u64::MAX)?;
+        }
+    }
+
+    /// Freezes the active memtable, hands it to the index and starts a new one (and a new log
+    /// file, `wal_number`, when logging).
+    fn rotate_memtable(&self, w: &mut WriterState) -> Result<()> {
+        let wal_number = w.next_wal;
+        if let Some(wal) = &self.wal {
+            self.note(wal.rotate(wal_number))?;
+            w.next_wal = wal_number + 1;
+        }
+        let old = {
+            let mut m = self.mems.write();
+            let new = Arc::new(Memtable::new(if self.wal.is_some() { wal_number } else { 0 }));
+            let old = std::mem::replace(&mut m.active, new);
+            m.frozen.push(old.clone());
+            old
+        };
+        self.counters.memtable_switches.fetch_add(1, Ordering::Relaxed);
+        let r = self.index.absorb(old);
+        self.note(r)?;
+        self.work_cv.notify_all();
+        Ok(())
+    }
+
+    /// Drops frozen memtables the index holds durably, and their log files.
+    fn reap(&self) -> Result<()> {
+        let durable = self.index.durable_seq();
+        let gone: Vec<Arc<Memtable>> = {
+            let mut m = self.mems.write();
+            let n = m.frozen.iter().take_while(|f| f.max_seq() <= durable).count();
+            m.frozen.drain(..n).collect()
+        };
+        if gone.is_empty() {
+            return Ok(());
+        }
+        if self.wal.is_some() {
+            for mem in &gone {
+                if mem.wal_number() != 0 {
+                    let p = wal::wal_file_path(&self.dir, mem.wal_number());
+                    if self.fs.exists(&p) {
+                        let r = self.fs.remove(&p);
+                        self.note(r)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_all(&self) -> Result<()> {
+        self.make_room()?;
+        loop {
+            self.check_failed()?;
+            let pending = !self.mems.read().frozen.is_empty();
+            if !pending && self.index.debt() == 0 {
+                return Ok(());
+            }
+            let done = self.do_work(u64::MAX)?;
+            if done == 0 && self.index.debt() == 0 {
+                self.reap()?;
+                if !self.mems.read().frozen.is_empty() && self.index.debt() == 0 {
+                    let d = self.index.durable_seq();
+                    return Err(Error::corruption(
+                        "index",
+                        None,
+                        format!("index reports no debt but holds data durably only up to {d}"),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn worker_loop(&self) {
+        loop {
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            if self.failure.lock().is_some() || self.index.debt() == 0 {
+                let mut g = self.work_lock.lock();
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                // Periodic wake as well as notification, so a missed notify costs at most this.
+                self.work_cv.wait_for(&mut g, Duration::from_millis(50));
+                continue;
+            }
+            // Errors turn the database read-only inside do_work.
+            let _ = self.do_work(u64::MAX / 4);
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let m = self.mems.read();
+        let alloc = self.store.alloc();
+        Stats {
+            index: self.index.stats(),
+            io: self.io.snapshot(),
+            cache: self.store.cache().stats(),
+            direct_io: self.store.is_direct(),
+            writes: c.writes.load(Ordering::Relaxed),
+            user_bytes: c.user_bytes.load(Ordering::Relaxed),
+            pacing_delays: c.pacing_delays.load(Ordering::Relaxed),
+            pacing_total: Duration::from_nanos(c.pacing_ns.load(Ordering::Relaxed)),
+            pacing_max: Duration::from_nanos(c.pacing_max_ns.load(Ordering::Relaxed)),
+            stalls: c.stalls.load(Ordering::Relaxed),
+            stall_total: Duration::from_nanos(c.stall_ns.load(Ordering::Relaxed)),
+            stall_max: Duration::from_nanos(c.stall_max_ns.load(Ordering::Relaxed)),
+            memtable_switches: c.memtable_switches.load(Ordering::Relaxed),
+            memtables: 1 + m.frozen.len(),
+            memtable_bytes: m.active.bytes() + m.frozen.iter().map(|f| f.bytes()).sum::<u64>(),
+            last_seq: self.visible.load(Ordering::Acquire),
+            durable_seq: self.index.durable_seq(),
+            file_bytes: self.store.file_len().unwrap_or(0),
+            file_pages: alloc.end(),
+            free_pages: alloc.free_pages(),
+        }
+    }
+
+    fn sources(&self, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, reverse: bool) -> Result<Vec<EntryIter>> {
+        let (active, frozen) = {
+            let m = self.mems.read();
+            (m.active.clone(), m.frozen.clone())
+        };
+        let mut srcs: Vec<EntryIter> = vec![Box::new(active.iter(lo.clone(), hi.clone(), reverse))];
+        for f in frozen.iter().rev() {
+            srcs.push(Box::new(f.iter(lo.clone(), hi.clone(), reverse)));
+        }
+        srcs.extend(self.index.iter(lo.clone(), hi.clone(), reverse)?);
+        Ok(srcs)
+    }
+}
+
+/// A point-in-time view of the database.
+pub struct Snapshot {
+    inner: Arc<Inner>,
+    seq: u64,
+}
+
+impl Snapshot {
+    /// The sequence number this snapshot reads at.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.inner.get_at(key.as_ref(), self.seq)
+    }
+    pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
+        self.inner.snapshots.acquire(self.seq);
+        DbIter::new(self.inner.clone(), self.seq, bound(range.start_bound()), bound(range.end_bound()), false, true)
+    }
+    pub fn range_rev<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
+        self.inner.snapshots.acquire(self.seq);
+        DbIter::new(self.inner.clone(), self.seq, bound(range.start_bound()), bound(range.end_bound()), true, true)
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        self.inner.snapshots.release(self.seq);
+    }
+}
+
+/// An iterator over `(key, value)` pairs at one point in time.
+pub struct DbIter {
+    inner: Arc<Inner>,
+    seq: u64,
+    owns_pin: bool,
+    resolver: Resolver,
+}
+
+impl DbIter {
+    fn new(inner: Arc<Inner>, seq: u64, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool, owns_pin: bool) -> Result<DbIter> {
+        let srcs = match inner.sources(&lo, &hi, reverse) {
+            Ok(s) => s,
+            Err(e) => {
+                inner.snapshots.release(seq);
+                return Err(e);
+            }
+        };
+        let merged: EntryIter = Box::new(MergeIter::new(srcs, reverse));
+        let resolver = Resolver::new(merged, seq, inner.opts.merge_operator.clone(), reverse);
+        Ok(DbIter { inner, seq, owns_pin, resolver })
+    }
+}
+
+impl Iterator for DbIter {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.resolver.next().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+}
+
+impl Drop for DbIter {
+    fn drop(&mut self) {
+        if self.owns_pin {
+            self.inner.snapshots.release(self.seq);
+        }
+    }
+}
+
+/// Whether an entry kind is a tombstone (used by the CLI's dump).
+pub fn is_tombstone(k: Kind) -> bool {
+    k == Kind::Delete
+}

@@ -1,0 +1,741 @@
+//! `btree`: a copy-on-write B+-tree on the page store, the read-optimal baseline (LMDB/redb
+//! style). A frozen memtable is merged into the tree in bounded steps: every touched page is
+//! written to a fresh location, and the new root becomes reachable only through the manifest
+//! commit, so a crash leaves the old or the new tree, never a torn one.
+
+mod node;
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use self::node::{
+    blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, node_type, split_sizes, Child, LeafEntry,
+    Val, BODY_ROOM, INLINE_MAX, INTERNAL,
+};
+use super::{Epoch, Index, IndexContext, IndexStats};
+use crate::entry::codec::{self, Reader};
+use crate::entry::{cmp_entries, Entry, Kind, MAX_SEQ};
+use crate::error::{Error, Result};
+use crate::manifest::Commit;
+use crate::memtable::Memtable;
+use crate::merge::{compact_versions, EntryIter};
+use crate::options::BTreeParams;
+use crate::storage::{AlignedBuf, Extent, Purpose, PAGE_BODY, PAGE_SIZE};
+
+/// One published tree.
+struct Version {
+    root: u64,
+    height: u32,
+    entries: u64,
+    _epoch: Arc<Epoch>,
+}
+
+/// A memtable being merged in.
+struct Job {
+    mem: Arc<Memtable>,
+    entries: Vec<Entry>,
+    pos: usize,
+    root: u64,
+    height: u32,
+    entries_in_tree: i64,
+    /// Extents written by this job (start -> pages), not reachable from any commit yet.
+    fresh: HashMap<u64, u64>,
+    /// Extents of the committed tree that this job replaced.
+    freed: Vec<Extent>,
+}
+
+#[derive(Default)]
+struct Counters {
+    absorbs: AtomicU64,
+    steps: AtomicU64,
+    pages_written: AtomicU64,
+    splits: AtomicU64,
+    blobs: AtomicU64,
+}
+
+pub struct BTree {
+    ctx: IndexContext,
+    params: BTreeParams,
+    current: RwLock<Arc<Version>>,
+    queue: Mutex<VecDeque<Arc<Memtable>>>,
+    job: Mutex<Option<Job>>,
+    durable: AtomicU64,
+    counters: Counters,
+}
+
+fn encode_meta(root: u64, height: u32, entries: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.push(1);
+    codec::put_u64(&mut out, root);
+    codec::put_u32(&mut out, height);
+    codec::put_u64(&mut out, entries);
+    out
+}
+
+/// Bytes of work one entry stands for (matches the memtable's accounting).
+fn entry_units(e: &Entry) -> u64 {
+    (e.key.len() + e.value.len()) as u64 + 64
+}
+
+impl BTree {
+    pub fn open(ctx: IndexContext, params: BTreeParams, meta: &[u8], durable_seq: u64) -> Result<BTree> {
+        let (root, height, entries) = if meta.is_empty() {
+            (0, 0, 0)
+        } else {
+            let mut r = Reader::new(meta, "btree metadata");
+            let v = r.u8()?;
+            if v != 1 {
+                return Err(Error::corruption("btree metadata", None, format!("version {v}")));
+            }
+            (r.u64()?, r.u32()?, r.u64()?)
+        };
+        let epoch = Epoch::new(ctx.store.clone());
+        Ok(BTree {
+            ctx,
+            params,
+            current: RwLock::new(Arc::new(Version { root, height, entries, _epoch: epoch })),
+            queue: Mutex::new(VecDeque::new()),
+            job: Mutex::new(None),
+            durable: AtomicU64::new(durable_seq),
+            counters: Counters::default(),
+        })
+    }
+
+    fn version(&self) -> Arc<Version> {
+        self.current.read().clone()
+    }
+
+    fn read_body(&self, page: u64, purpose: Purpose) -> Result<crate::cache::PageRef> {
+        self.ctx.store.read(page, purpose)
+    }
+
+    fn read_blob(&self, start: u64, len: u32, purpose: Purpose) -> Result<Arc<[u8]>> {
+        let n = blob_pages(len as usize) as usize;
+        let buf = self.ctx.store.read_many(start, n, purpose)?;
+        let mut out = Vec::with_capacity(len as usize);
+        for i in 0..n {
+            let body = &buf[i * PAGE_SIZE..i * PAGE_SIZE + PAGE_BODY];
+            let take = (len as usize - out.len()).min(PAGE_BODY);
+            out.extend_from_slice(&body[..take]);
+        }
+        Ok(Arc::from(out))
+    }
+
+    fn to_entry(&self, e: &LeafEntry, purpose: Purpose) -> Result<Entry> {
+        let value = match &e.val {
+            Val::Inline(v) => v.clone(),
+            Val::Blob { start, len } => self.read_blob(*start, *len, purpose)?,
+        };
+        Ok(Entry { key: e.key.clone(), seq: e.seq, kind: e.kind, value })
+    }
+
+    /// Index of the child whose subtree holds position (key, seq).
+    fn child_for(children: &[Child], key: &[u8], seq: u64) -> usize {
+        let n = children.partition_point(|c| cmp_entries(&c.key, c.seq, key, seq) != std::cmp::Ordering::Greater);
+        n.saturating_sub(1)
+    }
+
+    // ---- the merge job -------------------------------------------------------------------
+
+    fn alloc_page(&self, job: &mut Job) -> u64 {
+        let e = self.ctx.store.alloc().alloc(1);
+        job.fresh.insert(e.start, 1);
+        e.start
+    }
+
+    /// A page of the tree the job is replacing: free now if the job wrote it, else at commit.
+    fn drop_page(&self, job: &mut Job, page: u64) {
+        self.drop_extent(job, Extent { start: page, pages: 1 });
+    }
+
+    fn drop_extent(&self, job: &mut Job, ext: Extent) {
+        if job.fresh.remove(&ext.start).is_some() {
+            self.ctx.store.alloc().release(ext);
+        } else {
+            job.freed.push(ext);
+        }
+    }
+
+    fn write_page(&self, page: u64, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
+        fill(&mut buf[..PAGE_BODY]);
+        self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
+        self.ctx.store.write(page, buf, Purpose::Merge)
+    }
+
+    /// Moves large values of new entries to blob pages.
+    fn place_blobs(&self, job: &mut Job, entries: &mut [LeafEntry]) -> Result<()> {
+        for e in entries.iter_mut() {
+            if let Val::Inline(v) = &e.val {
+                if e.key.len() + v.len() > INLINE_MAX {
+                    let pages = blob_pages(v.len());
+                    let ext = self.ctx.store.alloc().alloc(pages);
+                    let mut buf = AlignedBuf::zeroed(pages as usize * PAGE_SIZE);
+                    for (i, chunk) in v.chunks(PAGE_BODY).enumerate() {
+                        buf[i * PAGE_SIZE..i * PAGE_SIZE + chunk.len()].copy_from_slice(chunk);
+                    }
+                    self.ctx.store.write(ext.start, buf, Purpose::Merge)?;
+                    self.counters.blobs.fetch_add(1, Ordering::Relaxed);
+                    job.fresh.insert(ext.start, ext.pages);
+                    e.val = Val::Blob { start: ext.start, len: v.len() as u32 };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges `new` (sorted) into the subtree at `page` (0: empty) of `height`; returns the nodes
+    /// that replace it, as (first entry, page).
+    fn apply(&self, job: &mut Job, page: u64, height: u32, new: &[Entry], snapshots: &[u64]) -> Result<Vec<Child>> {
+        if height <= 1 {
+            let old = if page == 0 { Vec::new() } else { decode_leaf(&self.read_body(page, Purpose::Merge)?, page)? };
+            if page != 0 {
+                self.drop_page(job, page);
+            }
+            let old_len = old.len() as i64;
+            let mut merged = self.merge_leaf(job, old, new, snapshots)?;
+            self.place_blobs(job, &mut merged)?;
+            job.entries_in_tree += merged.len() as i64 - old_len;
+            let sizes: Vec<usize> = merged.iter().map(|e| e.encoded_len()).collect();
+            let target = BODY_ROOM * self.params.fill_percent as usize / 100;
+            let groups = split_sizes(&sizes, target);
+            if groups.len() > 1 {
+                self.counters.splits.fetch_add(groups.len() as u64 - 1, Ordering::Relaxed);
+            }
+            let mut out = Vec::with_capacity(groups.len());
+            let mut at = 0;
+            for g in groups {
+                let part = &merged[at..at + g];
+                at += g;
+                let p = self.alloc_page(job);
+                self.write_page(p, |b| encode_leaf(part, b))?;
+                out.push(Child { key: part[0].key.clone(), seq: part[0].seq, page: p });
+            }
+            return Ok(out);
+        }
+        let children = decode_internal(&self.read_body(page, Purpose::Merge)?, page)?;
+        self.drop_page(job, page);
+        let mut result: Vec<Child> = Vec::with_capacity(children.len() + 4);
+        let mut i = 0;
+        let mut lo = 0;
+        while i < children.len() {
+            // Entries for child i: those before child i+1's separator.
+            let hi = if i + 1 < children.len() {
+                let c = &children[i + 1];
+                lo + new[lo..].partition_point(|e| cmp_entries(&e.key, e.seq, &c.key, c.seq) == std::cmp::Ordering::Less)
+            } else {
+                new.len()
+            };
+            if hi == lo {
+                result.push(children[i].clone());
+            } else {
+                let sub = self.apply(job, children[i].page, height - 1, &new[lo..hi], snapshots)?;
+                result.extend(sub);
+            }
+            lo = hi;
+            i += 1;
+        }
+        self.pack_internal(job, result)
+    }
+
+    fn pack_internal(&self, job: &mut Job, children: Vec<Child>) -> Result<Vec<Child>> {
+        if children.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sizes: Vec<usize> = children.iter().map(|c| c.encoded_len()).collect();
+        let groups = split_sizes(&sizes, BODY_ROOM * self.params.fill_percent as usize / 100);
+        let mut out = Vec::with_capacity(groups.len());
+        let mut at = 0;
+        for g in groups {
+            let part = &children[at..at + g];
+            at += g;
+            let p = self.alloc_page(job);
+            self.write_page(p, |b| encode_internal(part, b))?;
+            out.push(Child { key: part[0].key.clone(), seq: part[0].seq, page: p });
+        }
+        Ok(out)
+    }
+
+    /// Merges a leaf's entries with new ones, keeping per key what DESIGN.md's version rule keeps
+    /// (the B+-tree is the bottom: nothing older exists below).
+    fn merge_leaf(&self, job: &mut Job, old: Vec<LeafEntry>, new: &[Entry], snapshots: &[u64]) -> Result<Vec<LeafEntry>> {
+        let mut out = Vec::with_capacity(old.len() + new.len());
+        let mut oi = old.into_iter().peekable();
+        let mut ni = 0;
+        while oi.peek().is_some() || ni < new.len() {
+            let take_new = match (oi.peek(), new.get(ni)) {
+                (Some(o), Some(n)) => cmp_entries(&n.key, n.seq, &o.key, o.seq) != std::cmp::Ordering::Greater,
+                (None, Some(_)) => true,
+                _ => false,
+            };
+            let key: Arc<[u8]> = if take_new {
+                new[ni].key.clone()
+            } else {
+                match oi.peek() {
+                    Some(o) => o.key.clone(),
+                    None => break,
+                }
+            };
+            // Gather every version of this key from both sides.
+            let mut olds: Vec<LeafEntry> = Vec::new();
+            while oi.peek().is_some_and(|o| o.key == key) {
+                if let Some(o) = oi.next() {
+                    olds.push(o);
+                }
+            }
+            let n0 = ni;
+            while ni < new.len() && new[ni].key == key {
+                ni += 1;
+            }
+            if n0 == ni {
+                // Untouched key: keep as is (blobs stay where they are).
+                out.extend(olds);
+                continue;
+            }
+            let mut versions: Vec<Entry> = new[n0..ni].to_vec();
+            for o in &olds {
+                versions.push(self.to_entry(o, Purpose::Merge)?);
+                if let Some(ext) = o.val.blob_extent() {
+                    self.drop_extent(job, ext);
+                }
+            }
+            versions.sort_by(|a, b| b.seq.cmp(&a.seq));
+            versions.dedup_by(|a, b| a.seq == b.seq);
+            for e in compact_versions(&versions, snapshots, true, self.ctx.merge_op.as_ref())? {
+                out.push(LeafEntry::from_entry(e));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs the job for about `budget` units; returns units done.
+    fn step(&self, job: &mut Job, budget: u64) -> Result<u64> {
+        let start = job.pos;
+        let mut units = 0u64;
+        let mut end = start;
+        while end < job.entries.len() && (units < budget || end == start) {
+            units += entry_units(&job.entries[end]);
+            end += 1;
+        }
+        // Keep all versions of one key in the same step.
+        while end < job.entries.len() && end > 0 && job.entries[end].key == job.entries[end - 1].key {
+            units += entry_units(&job.entries[end]);
+            end += 1;
+        }
+        let chunk: Vec<Entry> = job.entries[start..end].to_vec();
+        let snapshots = self.ctx.snapshots.list();
+        let root = job.root;
+        let height = job.height.max(1);
+        let mut level = self.apply(job, root, height, &chunk, &snapshots)?;
+        let mut h = height;
+        while level.len() > 1 {
+            level = self.pack_internal(job, level)?;
+            h += 1;
+        }
+        // Collapse a root with a single child.
+        while h > 1 && !level.is_empty() {
+            let body = self.read_body(level[0].page, Purpose::Merge)?;
+            if node_type(&body, level[0].page)? != INTERNAL {
+                break;
+            }
+            let kids = decode_internal(&body, level[0].page)?;
+            if kids.len() != 1 {
+                break;
+            }
+            self.drop_page(job, level[0].page);
+            level = kids;
+            h -= 1;
+        }
+        match level.first() {
+            Some(c) => {
+                job.root = c.page;
+                job.height = h;
+            }
+            None => {
+                job.root = 0;
+                job.height = 0;
+            }
+        }
+        job.pos = end;
+        self.counters.steps.fetch_add(1, Ordering::Relaxed);
+        Ok(units)
+    }
+
+    /// Makes the finished job durable and visible.
+    fn commit(&self, mut job: Job) -> Result<()> {
+        self.ctx.store.sync()?;
+        let added: Vec<Extent> = job.fresh.iter().map(|(&start, &pages)| Extent { start, pages }).collect();
+        let entries = job.entries_in_tree.max(0) as u64;
+        let meta = encode_meta(job.root, job.height, entries);
+        let durable_seq = job.mem.max_seq();
+        self.ctx.manifest.commit(Commit { index_meta: meta, durable_seq, added, freed: job.freed.clone() })?;
+        let mut cur = self.current.write();
+        let epoch = cur._epoch.advance(job.freed.drain(..));
+        *cur = Arc::new(Version { root: job.root, height: job.height, entries, _epoch: epoch });
+        drop(cur);
+        self.durable.store(durable_seq, Ordering::Release);
+        self.queue.lock().pop_front();
+        self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    // ---- reads ---------------------------------------------------------------------------
+
+    fn leaf_for(&self, v: &Version, key: &[u8], seq: u64, stack: &mut Vec<(Vec<Child>, usize)>) -> Result<u64> {
+        let mut page = v.root;
+        for _ in 1..v.height {
+            let children = decode_internal(&self.read_body(page, Purpose::UserRead)?, page)?;
+            let i = Self::child_for(&children, key, seq);
+            page = children[i].page;
+            stack.push((children, i));
+        }
+        Ok(page)
+    }
+}
+
+/// Cursor over the leaves of one version, forward or backward.
+struct LeafCursor {
+    tree: Arc<BTreeReader>,
+    stack: Vec<(Vec<Child>, usize)>,
+    leaf: Vec<LeafEntry>,
+    pos: usize,
+    reverse: bool,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    done: bool,
+}
+
+/// What a reader needs: the version it pins and the page store.
+struct BTreeReader {
+    version: Arc<Version>,
+    tree: Arc<BTreeShared>,
+}
+
+/// The parts of the tree readers share (kept apart from the job state).
+struct BTreeShared {
+    store: Arc<crate::storage::PageFile>,
+}
+
+impl BTreeShared {
+    fn leaf(&self, page: u64) -> Result<Vec<LeafEntry>> {
+        decode_leaf(&self.store.read(page, Purpose::UserRead)?, page)
+    }
+    fn internal(&self, page: u64) -> Result<Vec<Child>> {
+        decode_internal(&self.store.read(page, Purpose::UserRead)?, page)
+    }
+    fn value(&self, e: &LeafEntry) -> Result<Entry> {
+        let value = match &e.val {
+            Val::Inline(v) => v.clone(),
+            Val::Blob { start, len } => {
+                let n = blob_pages(*len as usize) as usize;
+                let buf = self.store.read_many(*start, n, Purpose::UserRead)?;
+                let mut out = Vec::with_capacity(*len as usize);
+                for i in 0..n {
+                    let take = (*len as usize - out.len()).min(PAGE_BODY);
+                    out.extend_from_slice(&buf[i * PAGE_SIZE..i * PAGE_SIZE + take]);
+                }
+                Arc::from(out)
+            }
+        };
+        Ok(Entry { key: e.key.clone(), seq: e.seq, kind: e.kind, value })
+    }
+}
+
+impl LeafCursor {
+    fn new(reader: Arc<BTreeReader>, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> Result<LeafCursor> {
+        let mut c = LeafCursor { tree: reader, stack: Vec::new(), leaf: Vec::new(), pos: 0, reverse, lo, hi, done: false };
+        let v = c.tree.version.clone();
+        if v.root == 0 {
+            c.done = true;
+            return Ok(c);
+        }
+        // Seek position in entry order.
+        let (key, seq): (Vec<u8>, u64) = if !reverse {
+            match &c.lo {
+                Bound::Included(k) => (k.clone(), MAX_SEQ + 1),
+                Bound::Excluded(k) => (k.clone(), 0),
+                Bound::Unbounded => (Vec::new(), MAX_SEQ + 1),
+            }
+        } else {
+            match &c.hi {
+                Bound::Included(k) => (k.clone(), 0),
+                Bound::Excluded(k) => (k.clone(), MAX_SEQ + 1),
+                Bound::Unbounded => (vec![0xff; crate::MAX_KEY_LEN + 1], 0),
+            }
+        };
+        let mut page = v.root;
+        for _ in 1..v.height {
+            let children = c.tree.tree.internal(page)?;
+            let i = BTree::child_for(&children, &key, seq);
+            page = children[i].page;
+            c.stack.push((children, i));
+        }
+        c.leaf = c.tree.tree.leaf(page)?;
+        if !reverse {
+            c.pos = c.leaf.partition_point(|e| cmp_entries(&e.key, e.seq, &key, seq) == std::cmp::Ordering::Less);
+            // Skip an excluded lower bound's versions.
+            if let Bound::Excluded(k) = &c.lo {
+                let k = k.clone();
+                while c.pos < c.leaf.len() && *c.leaf[c.pos].key == k[..] {
+                    c.pos += 1;
+                }
+            }
+        } else {
+            // pos = number of entries at or before the seek position; next returns leaf[pos-1].
+            c.pos = c.leaf.partition_point(|e| cmp_entries(&e.key, e.seq, &key, seq) != std::cmp::Ordering::Greater);
+            if let Bound::Excluded(k) = &c.hi {
+                let k = k.clone();
+                while c.pos > 0 && *c.leaf[c.pos - 1].key == k[..] {
+                    c.pos -= 1;
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// Moves to the next leaf in the cursor's direction; false at the end.
+    fn advance_leaf(&mut self) -> Result<bool> {
+        loop {
+            let Some((children, i)) = self.stack.last_mut() else { return Ok(false) };
+            let next = if self.reverse { i.checked_sub(1) } else { Some(*i + 1).filter(|&n| n < children.len()) };
+            match next {
+                Some(n) => {
+                    *i = n;
+                    let mut page = children[n].page;
+                    let depth = self.tree.version.height as usize - 1;
+                    while self.stack.len() < depth {
+                        let kids = self.tree.tree.internal(page)?;
+                        let idx = if self.reverse { kids.len() - 1 } else { 0 };
+                        page = kids[idx].page;
+                        self.stack.push((kids, idx));
+                    }
+                    self.leaf = self.tree.tree.leaf(page)?;
+                    self.pos = if self.reverse { self.leaf.len() } else { 0 };
+                    return Ok(true);
+                }
+                None => {
+                    self.stack.pop();
+                }
+            }
+        }
+    }
+
+    fn in_bounds(&self, key: &[u8]) -> bool {
+        if !self.reverse {
+            match &self.hi {
+                Bound::Included(h) => key <= &h[..],
+                Bound::Excluded(h) => key < &h[..],
+                Bound::Unbounded => true,
+            }
+        } else {
+            match &self.lo {
+                Bound::Included(l) => key >= &l[..],
+                Bound::Excluded(l) => key > &l[..],
+                Bound::Unbounded => true,
+            }
+        }
+    }
+}
+
+impl Iterator for LeafCursor {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let have = if self.reverse { self.pos > 0 } else { self.pos < self.leaf.len() };
+            if !have {
+                match self.advance_leaf() {
+                    Ok(true) => continue,
+                    Ok(false) => {
+                        self.done = true;
+                        return None;
+                    }
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                }
+            }
+            let idx = if self.reverse { self.pos - 1 } else { self.pos };
+            if !self.in_bounds(&self.leaf[idx].key) {
+                self.done = true;
+                return None;
+            }
+            if self.reverse {
+                self.pos -= 1;
+            } else {
+                self.pos += 1;
+            }
+            return Some(self.tree.tree.value(&self.leaf[idx]));
+        }
+    }
+}
+
+impl Index for BTree {
+    fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
+        if mem.is_empty() {
+            // Nothing to merge; it is durable as soon as the previous ones are.
+            return Ok(());
+        }
+        self.queue.lock().push_back(mem);
+        Ok(())
+    }
+
+    fn debt(&self) -> u64 {
+        let q = self.queue.lock();
+        let mut d: u64 = q.iter().map(|m| m.bytes()).sum();
+        if let Some(job) = self.job.try_lock().as_ref().and_then(|j| j.as_ref()) {
+            let done: u64 = job.entries[..job.pos].iter().map(entry_units).sum();
+            d = d.saturating_sub(done);
+        }
+        if !q.is_empty() {
+            d.max(1)
+        } else {
+            0
+        }
+    }
+
+    fn work(&self, budget: u64) -> Result<u64> {
+        let mut slot = self.job.lock();
+        if slot.is_none() {
+            let Some(mem) = self.queue.lock().front().cloned() else { return Ok(0) };
+            let v = self.version();
+            let entries: Vec<Entry> = mem.entries().collect();
+            *slot = Some(Job {
+                mem,
+                entries,
+                pos: 0,
+                root: v.root,
+                height: v.height,
+                entries_in_tree: v.entries as i64,
+                fresh: HashMap::new(),
+                freed: Vec::new(),
+            });
+        }
+        let Some(job) = slot.as_mut() else { return Ok(0) };
+        let done = self.step(job, budget.max(1))?;
+        if job.pos >= job.entries.len() {
+            if let Some(job) = slot.take() {
+                self.commit(job)?;
+            }
+        }
+        Ok(done.max(1))
+    }
+
+    fn durable_seq(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
+        let v = self.version();
+        if v.root == 0 {
+            return Ok(());
+        }
+        let mut stack = Vec::new();
+        let leaf_page = self.leaf_for(&v, key, seq, &mut stack)?;
+        let reader = Arc::new(BTreeReader { version: v, tree: Arc::new(BTreeShared { store: self.ctx.store.clone() }) });
+        let mut cur = LeafCursor {
+            tree: reader,
+            stack,
+            leaf: decode_leaf(&self.read_body(leaf_page, Purpose::UserRead)?, leaf_page)?,
+            pos: 0,
+            reverse: false,
+            lo: Bound::Included(key.to_vec()),
+            hi: Bound::Included(key.to_vec()),
+            done: false,
+        };
+        cur.pos = cur.leaf.partition_point(|e| cmp_entries(&e.key, e.seq, key, seq) == std::cmp::Ordering::Less);
+        for e in cur {
+            let e = e?;
+            let stop = e.kind != Kind::Merge;
+            out.push(e);
+            if stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn iter(&self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> Result<Vec<EntryIter>> {
+        let reader = Arc::new(BTreeReader { version: self.version(), tree: Arc::new(BTreeShared { store: self.ctx.store.clone() }) });
+        Ok(vec![Box::new(LeafCursor::new(reader, lo, hi, reverse)?)])
+    }
+
+    fn stats(&self) -> IndexStats {
+        let v = self.version();
+        let c = &self.counters;
+        let mut s = IndexStats { kind: "btree".into(), height: v.height as u64, entries: v.entries, ..Default::default() };
+        s.absorbs = c.absorbs.load(Ordering::Relaxed);
+        for (k, a) in [("steps", &c.steps), ("pages_written", &c.pages_written), ("splits", &c.splits), ("blobs", &c.blobs)] {
+            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
+        }
+        s.shape.push(format!("height {} root page {} entries {}", v.height, v.root, v.entries));
+        s
+    }
+
+    fn check(&self) -> Result<u64> {
+        let v = self.version();
+        if v.root == 0 {
+            return Ok(0);
+        }
+        let shared = BTreeShared { store: self.ctx.store.clone() };
+        let mut count = 0u64;
+        let mut last: Option<(Arc<[u8]>, u64)> = None;
+        self.check_node(&shared, v.root, v.height, None, &mut count, &mut last)?;
+        Ok(count)
+    }
+}
+
+impl BTree {
+    fn check_node(
+        &self,
+        shared: &BTreeShared,
+        page: u64,
+        height: u32,
+        sep: Option<(&[u8], u64)>,
+        count: &mut u64,
+        last: &mut Option<(Arc<[u8]>, u64)>,
+    ) -> Result<()> {
+        let bad = |d: String| Error::corruption("btree", Some(page), d);
+        if height <= 1 {
+            let leaf = shared.leaf(page)?;
+            if leaf.is_empty() {
+                return Err(bad("empty leaf".into()));
+            }
+            if let Some((k, s)) = sep {
+                if cmp_entries(&leaf[0].key, leaf[0].seq, k, s) != std::cmp::Ordering::Equal {
+                    return Err(bad("separator differs from the child's first entry".into()));
+                }
+            }
+            for e in &leaf {
+                if let Some((lk, ls)) = last {
+                    if cmp_entries(lk, *ls, &e.key, e.seq) != std::cmp::Ordering::Less {
+                        return Err(bad("entries out of order".into()));
+                    }
+                }
+                if let Val::Blob { .. } = e.val {
+                    shared.value(e)?;
+                }
+                *last = Some((e.key.clone(), e.seq));
+                *count += 1;
+            }
+            return Ok(());
+        }
+        let kids = shared.internal(page)?;
+        if let Some((k, s)) = sep {
+            if cmp_entries(&kids[0].key, kids[0].seq, k, s) != std::cmp::Ordering::Equal {
+                return Err(bad("separator differs from the child's first entry".into()));
+            }
+        }
+        for c in &kids {
+            self.check_node(shared, c.page, height - 1, Some((&c.key, c.seq)), count, last)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! The index contract every index kind implements, and what the Db hands each of them.
+//!
+//! The Db owns the WAL, memtables, sequence numbers and snapshots; an index owns everything in
+//! the page store. `absorb` only enqueues a frozen memtable; `work` does a bounded step of the
+//! reorganisation; `debt` says how much is left before the next memtable can be absorbed.
+
+pub mod btree;
+pub mod lsm;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::manifest::Manifest;
+use crate::memtable::Memtable;
+use crate::merge::EntryIter;
+use crate::options::{IndexKind, MergeOperator};
+use crate::storage::{Extent, PageFile};
+
+/// Live snapshots (explicit ones and the implicit one every read holds), so that
+/// reorganisations keep the versions they can see.
+#[derive(Default)]
+pub struct Snapshots {
+    live: Mutex<BTreeMap<u64, usize>>,
+}
+
+impl Snapshots {
+    pub fn acquire(&self, seq: u64) {
+        *self.live.lock().entry(seq).or_insert(0) += 1;
+    }
+    /// Registers the current value of `visible` as a read point, atomically with respect to
+    /// [`Snapshots::list`]: a reorganisation that lists snapshots after its inputs were fixed
+    /// either sees this reader or this reader sees every input's sequence numbers.
+    pub fn acquire_current(&self, visible: &std::sync::atomic::AtomicU64) -> u64 {
+        let mut l = self.live.lock();
+        let seq = visible.load(std::sync::atomic::Ordering::Acquire);
+        *l.entry(seq).or_insert(0) += 1;
+        seq
+    }
+    pub fn release(&self, seq: u64) {
+        let mut l = self.live.lock();
+        if let Some(c) = l.get_mut(&seq) {
+            *c -= 1;
+            if *c == 0 {
+                l.remove(&seq);
+            }
+        }
+    }
+    /// Ascending sequence numbers of live snapshots.
+    pub fn list(&self) -> Vec<u64> {
+        self.live.lock().keys().copied().collect()
+    }
+}
+
+/// Everything an index needs from the Db.
+#[derive(Clone)]
+pub struct IndexContext {
+    pub store: Arc<PageFile>,
+    pub manifest: Arc<Manifest>,
+    pub snapshots: Arc<Snapshots>,
+    pub merge_op: Option<Arc<dyn MergeOperator>>,
+    pub dir: PathBuf,
+    /// Memtable size: the unit of work pacing.
+    pub memtable_bytes: u64,
+}
+
+/// Extents no longer reachable from newer versions, released to the allocator only when no
+/// reader can reach them: version *i* holds epoch *i*, and epoch *i* holds epoch *i+1*, so the
+/// extents retired when version *i+1* replaced *i* stay allocated while any version up to *i*
+/// is alive. The manifest record that frees them is synced before the new version is published,
+/// so a release satisfies DESIGN.md's reuse rule.
+pub struct Epoch {
+    store: Arc<PageFile>,
+    extents: Mutex<Vec<Extent>>,
+    next: Mutex<Option<Arc<Epoch>>>,
+}
+
+impl Epoch {
+    pub fn new(store: Arc<PageFile>) -> Arc<Epoch> {
+        Arc::new(Epoch { store, extents: Mutex::new(Vec::new()), next: Mutex::new(None) })
+    }
+
+    /// Ends this epoch: `retired` were replaced by the version holding the returned epoch.
+    pub fn advance(self: &Arc<Self>, retired: impl IntoIterator<Item = Extent>) -> Arc<Epoch> {
+        self.extents.lock().extend(retired);
+        let next = Epoch::new(self.store.clone());
+        *self.next.lock() = Some(next.clone());
+        next
+    }
+}
+
+impl Drop for Epoch {
+    fn drop(&mut self) {
+        for e in self.extents.get_mut().drain(..) {
+            self.store.alloc().release(e);
+        }
+        // Unlink the chain iteratively: a long chain must not recurse once per epoch.
+        let mut next = self.next.get_mut().take();
+        while let Some(n) = next {
+            match Arc::try_unwrap(n) {
+                Ok(mut e) => {
+                    for x in e.extents.get_mut().drain(..) {
+                        e.store.alloc().release(x);
+                    }
+                    next = e.next.get_mut().take();
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+/// How the Db must hold back writers, beyond debt pacing (the `lsm` baseline's LevelDB rules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stall {
+    None,
+    /// Delay each write by this many microseconds.
+    Slowdown(u64),
+    /// Block writes until index work clears the condition.
+    Stop,
+}
+
+/// Shape and counters of an index, for `stats()`.
+#[derive(Clone, Debug, Default)]
+pub struct IndexStats {
+    pub kind: String,
+    /// Levels (LSM) or tree height (B-tree).
+    pub height: u64,
+    pub absorbs: u64,
+    /// Named reorganisation counters ("compactions", "splits", ...).
+    pub counters: BTreeMap<String, u64>,
+    /// Free-form shape lines for `woods stats`.
+    pub shape: Vec<String>,
+    pub entries: u64,
+    pub filter_bytes: u64,
+}
+
+/// The index contract.
+pub trait Index: Send + Sync {
+    /// Enqueues a frozen memtable (only called when `debt()` is 0). Never reorganises inline.
+    fn absorb(&self, mem: Arc<Memtable>) -> Result<()>;
+    /// Work units left before the next memtable can be absorbed (0: ready).
+    fn debt(&self) -> u64;
+    /// Does at most about `budget` units of work; returns the units done (0 when idle).
+    fn work(&self, budget: u64) -> Result<u64>;
+    /// Everything with a sequence number up to this is durable through the manifest.
+    fn durable_seq(&self) -> u64;
+    /// Versions of `key` with seq <= `seq`, newest first, up to the first Put or Delete.
+    fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()>;
+    /// Sorted sources covering the bounds (all versions), forward or exactly reversed, read from
+    /// one consistent version of the index.
+    fn iter(&self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> Result<Vec<EntryIter>>;
+    /// Extra write throttling (LevelDB rules); `Stall::None` for kinds that pace by debt alone.
+    fn stall(&self) -> Stall {
+        Stall::None
+    }
+    fn stats(&self) -> IndexStats;
+    /// Verifies every page checksum and structural invariant; returns the number of entries.
+    fn check(&self) -> Result<u64>;
+}
+
+/// Opens (or creates, when `meta` is empty) the index of a kind from its manifest metadata.
+pub fn open_index(kind: &IndexKind, ctx: IndexContext, meta: &[u8], durable_seq: u64) -> Result<Arc<dyn Index>> {
+    Ok(match kind {
+        IndexKind::BTree(p) => Arc::new(btree::BTree::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::Lsm(p) => Arc::new(lsm::Lsm::open(ctx, p.clone(), meta, durable_seq)?),
+    })
+}

@@ -1,0 +1,441 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+use crate::storage::{FaultFs, FaultPlan};
+
+fn dir() -> PathBuf {
+    PathBuf::from("/db")
+}
+
+fn counters() -> Arc<IoCounters> {
+    Arc::new(IoCounters::default())
+}
+
+fn create(fs: &FaultFs) -> Manifest {
+    Manifest::create(Arc::new(fs.clone()), &dir(), 4096, 256, b"config v1".to_vec(), counters()).unwrap()
+}
+
+fn open(fs: &FaultFs) -> Result<(Manifest, ManifestState)> {
+    Manifest::open(Arc::new(fs.clone()), &dir(), counters())
+}
+
+fn ext(start: u64, pages: u64) -> Extent {
+    Extent { start, pages }
+}
+
+fn log_path(n: u64) -> PathBuf {
+    dir().join(manifest_file_name(n))
+}
+
+/// A step of a scripted history.
+#[derive(Clone, Debug)]
+enum Step {
+    Commit(Commit),
+    SetConfig(Vec<u8>),
+}
+
+/// A deterministic history: commits that allocate new extents and free old ones, index metadata
+/// of varying size, and one config change.
+fn history(steps: usize) -> Vec<Step> {
+    let mut out = Vec::new();
+    let mut live: Vec<Extent> = Vec::new();
+    let mut next_page = 1;
+    for i in 0..steps {
+        if i == steps / 2 {
+            out.push(Step::SetConfig(format!("config v2 at {i}").into_bytes()));
+        }
+        let added: Vec<Extent> = (0..(i % 3) as u64)
+            .map(|k| {
+                let e = ext(next_page, 1 + (i as u64 + k) % 5);
+                next_page += e.pages + (k % 2);
+                e
+            })
+            .collect();
+        let freed: Vec<Extent> =
+            if i % 4 == 3 && !live.is_empty() { vec![live.remove(0)] } else { Vec::new() };
+        live.extend(added.iter().copied());
+        let index_meta = (0..(10 + (i * 13) % 90)).map(|j| (i + j) as u8).collect();
+        out.push(Step::Commit(Commit { index_meta, durable_seq: 100 * i as u64, added, freed }));
+    }
+    out
+}
+
+fn run_step(m: &Manifest, step: &Step) -> Result<()> {
+    match step {
+        Step::Commit(c) => m.commit(c.clone()),
+        Step::SetConfig(c) => m.set_config(c.clone()),
+    }
+}
+
+/// The state after each prefix of `steps` (index 0: just created).
+fn expected_states(steps: &[Step]) -> Vec<ManifestState> {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    let mut states = vec![m.state()];
+    for s in steps {
+        run_step(&m, s).unwrap();
+        states.push(m.state());
+    }
+    states
+}
+
+#[test]
+fn manifest_create_open_round_trip() {
+    let fs = FaultFs::new();
+    assert!(!Manifest::exists(&fs, &dir()));
+    let m = create(&fs);
+    assert!(Manifest::exists(&fs, &dir()));
+    let want = ManifestState {
+        config: b"config v1".to_vec(),
+        index_meta: Vec::new(),
+        durable_seq: 0,
+        allocated: Vec::new(),
+        page_size: 4096,
+        extent_pages: 256,
+        commits: 0,
+    };
+    assert_eq!(m.state(), want);
+    drop(m);
+    // Creation is durable as soon as it returns.
+    fs.power_cut();
+    let (m, state) = open(&fs).unwrap();
+    assert_eq!(state, want);
+    assert_eq!(m.state(), want);
+    assert!(Manifest::create(Arc::new(fs.clone()), &dir(), 4096, 256, Vec::new(), counters()).is_err());
+}
+
+#[test]
+fn manifest_many_commits_then_reopen_gives_last_state() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    let steps = history(60);
+    for s in &steps {
+        run_step(&m, s).unwrap();
+    }
+    let want = m.state();
+    assert_eq!(want.commits, 60);
+    fs.power_cut();
+    let (m2, state) = open(&fs).unwrap();
+    assert_eq!(state, want);
+    // The reopened manifest keeps committing where the old one stopped.
+    m2.commit(Commit { index_meta: b"more".to_vec(), durable_seq: 1 << 40, added: vec![], freed: vec![] })
+        .unwrap();
+    let want2 = m2.state();
+    fs.power_cut();
+    assert_eq!(open(&fs).unwrap().1, want2);
+}
+
+#[test]
+fn manifest_rollover_happens_and_reopen_after_it_works() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    m.set_min_rollover_bytes(600);
+    let steps = history(80);
+    for (i, s) in steps.iter().enumerate() {
+        run_step(&m, s).unwrap();
+        if i % 7 == 0 {
+            let want = m.state();
+            let fs2 = fs.clone();
+            assert_eq!(open(&fs2).unwrap().1, want, "after step {i}");
+        }
+    }
+    assert!(m.log_number() > 3, "only {} logs: rollover did not happen", m.log_number());
+    // Old logs are removed; only the live one is left.
+    let logs: Vec<String> =
+        fs.list(&dir()).unwrap().into_iter().filter(|n| n.starts_with("MANIFEST-")).collect();
+    assert_eq!(logs, vec![manifest_file_name(m.log_number())]);
+    assert!(!fs.exists(&dir().join(CURRENT_TMP_FILE)));
+    let want = m.state();
+    fs.power_cut();
+    assert_eq!(open(&fs).unwrap().1, want);
+}
+
+#[test]
+fn manifest_rollover_threshold_is_four_times_the_snapshot() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    m.set_min_rollover_bytes(0);
+    // A large snapshot (big config) lets several deltas follow it before a rollover.
+    m.set_config(vec![7u8; 4000]).unwrap();
+    let number = m.log_number();
+    for i in 0..5 {
+        m.commit(Commit { index_meta: vec![1; 100], durable_seq: i, added: vec![], freed: vec![] }).unwrap();
+    }
+    assert_eq!(m.log_number(), number);
+}
+
+#[test]
+fn manifest_power_cut_at_every_operation_recovers_a_committed_state() {
+    let steps = history(40);
+    let states = expected_states(&steps);
+    // Count the mutating operations of a clean run, then fail each one in turn.
+    let total_ops = {
+        let fs = FaultFs::new();
+        let m = create(&fs);
+        m.set_min_rollover_bytes(500);
+        fs.set_plan(FaultPlan::default());
+        for s in &steps {
+            run_step(&m, s).unwrap();
+        }
+        fs.ops()
+    };
+    assert!(total_ops > 80);
+    for crash in ["power cut", "process kill"] {
+        for n in 0..=total_ops {
+            let fs = FaultFs::new();
+            let m = create(&fs);
+            m.set_min_rollover_bytes(500);
+            fs.set_plan(FaultPlan { fail_op: Some(n), sticky: true });
+            let mut last_ok = 0;
+            let mut failed_at = None;
+            for (i, s) in steps.iter().enumerate() {
+                match run_step(&m, s) {
+                    Ok(()) => last_ok = i + 1,
+                    Err(_) => {
+                        failed_at = Some(i + 1);
+                        break;
+                    }
+                }
+            }
+            if failed_at.is_some() {
+                assert!(m.poisoned());
+                assert!(matches!(m.commit(Commit::default()), Err(Error::ReadOnly { .. })));
+                assert!(m.set_config(Vec::new()).is_err());
+            } else {
+                assert_eq!(n, total_ops);
+            }
+            assert_eq!(m.state(), states[last_ok]);
+            if crash == "power cut" {
+                fs.power_cut();
+            } else {
+                fs.kill_process();
+            }
+            let (m2, got) = match open(&fs) {
+                Ok(v) => v,
+                Err(e) => panic!("{crash} at op {n}: open failed: {e}"),
+            };
+            let ok = got == states[last_ok] || failed_at.is_some_and(|k| got == states[k]);
+            assert!(
+                ok,
+                "{crash} at op {n}: recovered {got:?}, last ok state {last_ok}, failed at {failed_at:?}"
+            );
+            // The recovered manifest takes new commits (after cutting any torn tail), durably.
+            let next =
+                Commit { index_meta: b"after".to_vec(), durable_seq: 999_999, added: vec![], freed: vec![] };
+            m2.commit(next).unwrap();
+            let want = m2.state();
+            fs.power_cut();
+            assert_eq!(open(&fs).unwrap().1, want, "{crash} at op {n}: commit after recovery");
+        }
+    }
+}
+
+#[test]
+fn manifest_flipped_byte_in_tail_record_drops_just_that_record() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    let steps: Vec<Step> = history(6).into_iter().filter(|s| matches!(s, Step::Commit(_))).collect();
+    let mut states = vec![m.state()];
+    let mut ends = vec![fs.file_len(&log_path(1)).unwrap()];
+    for s in &steps {
+        run_step(&m, s).unwrap();
+        states.push(m.state());
+        ends.push(fs.file_len(&log_path(1)).unwrap());
+    }
+    assert_eq!(m.log_number(), 1);
+    let last = steps.len();
+    // Flip a byte in the last record's header, then in its payload.
+    for off in [ends[last - 1] + 2, ends[last] - 1] {
+        let fs2 = fs.clone();
+        assert!(fs2.flip_byte(&log_path(1), off));
+        assert_eq!(open(&fs2).unwrap().1, states[last - 1]);
+        assert!(fs2.flip_byte(&log_path(1), off));
+    }
+    // A flipped byte in a middle record drops it and everything after (the log is a prefix).
+    assert!(fs.flip_byte(&log_path(1), ends[2] + 9));
+    let (m2, got) = open(&fs).unwrap();
+    assert_eq!(got, states[2]);
+    // The next commit cuts the bad bytes and appends after the valid prefix.
+    let c = Commit { index_meta: b"x".to_vec(), durable_seq: 5, added: vec![ext(10_000, 3)], freed: vec![] };
+    m2.commit(c).unwrap();
+    assert!(fs.file_len(&log_path(1)).unwrap() < ends[last]);
+    let want = m2.state();
+    fs.power_cut();
+    assert_eq!(open(&fs).unwrap().1, want);
+}
+
+#[test]
+fn manifest_unknown_major_version_is_unsupported() {
+    let fs = FaultFs::new();
+    drop(create(&fs));
+    let f = fs.open(&log_path(1), OpenMode::default()).unwrap();
+    f.write_all_at(&7u16.to_le_bytes(), 8).unwrap();
+    match open(&fs) {
+        Err(Error::UnsupportedFormat { found_major: 7, supported_major: 1 }) => {}
+        other => panic!("expected UnsupportedFormat, got {:?}", other.map(|(_, s)| s)),
+    }
+}
+
+fn expect_corruption(r: Result<(Manifest, ManifestState)>, needle: &str) {
+    match r {
+        Err(e @ Error::Corruption { .. }) => {
+            assert!(e.to_string().contains(needle), "error {e} does not mention {needle:?}")
+        }
+        Err(e) => panic!("expected corruption mentioning {needle:?}, got {e}"),
+        Ok((_, s)) => panic!("expected corruption mentioning {needle:?}, opened {s:?}"),
+    }
+}
+
+#[test]
+fn manifest_open_refuses_what_is_not_a_database() {
+    let fs = FaultFs::new();
+    fs.create_dir_all(&dir()).unwrap();
+    expect_corruption(open(&fs), "not a woods database");
+
+    // A log without CURRENT: creation cut short, or a damaged database.
+    let f = fs.open(&log_path(1), OpenMode { create: true, direct: false }).unwrap();
+    f.write_all_at(b"partial", 0).unwrap();
+    expect_corruption(open(&fs), "CURRENT is missing");
+    // create starts over from such a leftover.
+    drop(create(&fs));
+    assert_eq!(open(&fs).unwrap().1.config, b"config v1".to_vec());
+
+    let cur = fs.open(&dir().join(CURRENT_FILE), OpenMode::default()).unwrap();
+    cur.set_len(0).unwrap();
+    cur.write_all_at(b"garbage\n", 0).unwrap();
+    expect_corruption(open(&fs), "CURRENT");
+    cur.set_len(0).unwrap();
+    cur.write_all_at(b"MANIFEST-000009\n", 0).unwrap();
+    expect_corruption(open(&fs), "missing");
+}
+
+#[test]
+fn manifest_bad_header_or_snapshot_is_corruption() {
+    let fs = FaultFs::new();
+    drop(create(&fs));
+    assert!(fs.flip_byte(&log_path(1), 3));
+    expect_corruption(open(&fs), "header");
+    assert!(fs.flip_byte(&log_path(1), 3));
+    assert!(fs.flip_byte(&log_path(1), MANIFEST_HEADER_LEN as u64 + 9));
+    expect_corruption(open(&fs), "snapshot");
+}
+
+#[test]
+fn manifest_invalid_commit_is_refused_and_changes_nothing() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    m.commit(Commit { index_meta: vec![1], durable_seq: 1, added: vec![ext(10, 5)], freed: vec![] }).unwrap();
+    let before = m.state();
+    let bad = [
+        Commit { added: vec![ext(12, 1)], ..Commit::default() },
+        Commit { added: vec![ext(5, 6)], ..Commit::default() },
+        Commit { added: vec![ext(14, 4)], ..Commit::default() },
+        Commit { freed: vec![ext(9, 2)], ..Commit::default() },
+        Commit { freed: vec![ext(14, 2)], ..Commit::default() },
+        Commit { freed: vec![ext(20, 1)], ..Commit::default() },
+        Commit { added: vec![ext(u64::MAX, 2)], ..Commit::default() },
+        Commit { added: vec![ext(30, 1)], freed: vec![ext(30, 1), ext(30, 1)], ..Commit::default() },
+    ];
+    for c in bad {
+        match m.commit(c.clone()) {
+            Err(Error::Corruption { .. }) => {}
+            other => panic!("{c:?} gave {other:?}"),
+        }
+        assert_eq!(m.state(), before);
+        assert!(!m.poisoned());
+    }
+    fs.power_cut();
+    assert_eq!(open(&fs).unwrap().1, before);
+}
+
+#[test]
+fn manifest_checksummed_invalid_delta_on_disk_is_corruption_naming_the_record() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    m.commit(Commit { index_meta: vec![1], durable_seq: 1, added: vec![ext(10, 5)], freed: vec![] }).unwrap();
+    drop(m);
+    let end = fs.file_len(&log_path(1)).unwrap();
+    let bad = frame_record(&encode_delta(&Commit { freed: vec![ext(40, 1)], ..Commit::default() }));
+    let f = fs.open(&log_path(1), OpenMode::default()).unwrap();
+    f.write_all_at(&bad, end).unwrap();
+    expect_corruption(open(&fs), "record 2");
+}
+
+#[test]
+fn manifest_allocated_set_matches_a_page_model() {
+    let mut rng = SmallRng::seed_from_u64(0x600d5);
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    m.set_min_rollover_bytes(2000);
+    const PAGES: u64 = 200;
+    let mut model = vec![false; PAGES as usize];
+    for round in 0..300 {
+        let start = rng.gen_range(0..PAGES - 1);
+        let pages = rng.gen_range(1..=(PAGES - start).min(12));
+        let range = start as usize..(start + pages) as usize;
+        let all_free = model[range.clone()].iter().all(|&a| !a);
+        let all_used = model[range.clone()].iter().all(|&a| a);
+        let c = if rng.gen_bool(0.5) {
+            Commit { added: vec![ext(start, pages)], durable_seq: round, ..Commit::default() }
+        } else {
+            Commit { freed: vec![ext(start, pages)], durable_seq: round, ..Commit::default() }
+        };
+        let adding = !c.added.is_empty();
+        let valid = if adding { all_free } else { all_used };
+        assert_eq!(m.commit(c).is_ok(), valid, "round {round}");
+        if valid {
+            model[range].iter_mut().for_each(|a| *a = adding);
+        }
+        // The state is the model's runs, coalesced.
+        let mut runs = Vec::new();
+        let mut p = 0;
+        while p < PAGES as usize {
+            if model[p] {
+                let s = p;
+                while p < PAGES as usize && model[p] {
+                    p += 1;
+                }
+                runs.push(ext(s as u64, (p - s) as u64));
+            } else {
+                p += 1;
+            }
+        }
+        assert_eq!(m.state().allocated, runs, "round {round}");
+    }
+    let want = m.state();
+    fs.power_cut();
+    assert_eq!(open(&fs).unwrap().1, want);
+}
+
+#[test]
+fn manifest_counts_its_io_as_manifest() {
+    let fs = FaultFs::new();
+    let c = counters();
+    let m = Manifest::create(Arc::new(fs.clone()), &dir(), 4096, 256, Vec::new(), c.clone()).unwrap();
+    m.commit(Commit { index_meta: vec![1; 50], ..Commit::default() }).unwrap();
+    let snap = c.snapshot();
+    let on_disk = fs.file_len(&log_path(1)).unwrap() + fs.file_len(&dir().join(CURRENT_FILE)).unwrap();
+    assert_eq!(snap.written(Purpose::Manifest), on_disk);
+    assert_eq!(snap.total_written(), on_disk);
+    assert!(snap.syncs >= 5);
+}
+
+#[test]
+fn manifest_helpers_never_panic_on_garbage() {
+    let mut rng = SmallRng::seed_from_u64(7);
+    for _ in 0..2000 {
+        let len = rng.gen_range(0..80);
+        let mut buf: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        if rng.gen_bool(0.5) && !buf.is_empty() {
+            buf[0] = rng.gen_range(1..=2);
+        }
+        let _ = decode_record(&buf);
+        let mut log = manifest_header(4096, 1).to_vec();
+        log.extend_from_slice(&frame_record(&buf));
+        let _ = load_log("test", &log);
+    }
+}

@@ -1,0 +1,331 @@
+//! Versioned k-way merging: combines sorted entry streams, resolves what a reader at a sequence
+//! number sees, and decides which versions a reorganisation keeps.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use crate::entry::{cmp_entries, Entry, Kind};
+use crate::error::{Error, Result};
+use crate::options::MergeOperator;
+
+/// A stream of entries in entry order (or exactly reversed).
+pub type EntryIter = Box<dyn Iterator<Item = Result<Entry>> + Send>;
+
+struct HeapItem {
+    entry: Entry,
+    src: usize,
+    reverse: bool,
+}
+
+impl PartialEq for HeapItem {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for HeapItem {}
+impl PartialOrd for HeapItem {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for HeapItem {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // BinaryHeap is a max-heap: invert so the smallest (forward) or largest (reverse) pops.
+        let o = cmp_entries(&self.entry.key, self.entry.seq, &other.entry.key, other.entry.seq)
+            .then(self.src.cmp(&other.src));
+        if self.reverse {
+            o
+        } else {
+            o.reverse()
+        }
+    }
+}
+
+/// Merges sorted streams into one; an entry present in several streams (same key and sequence
+/// number, as when a memtable is read while the index already holds it) comes out once.
+pub struct MergeIter {
+    sources: Vec<EntryIter>,
+    heap: BinaryHeap<HeapItem>,
+    reverse: bool,
+    started: bool,
+    last: Option<(Arc<[u8]>, u64)>,
+    failed: bool,
+}
+
+impl MergeIter {
+    pub fn new(sources: Vec<EntryIter>, reverse: bool) -> MergeIter {
+        MergeIter { sources, heap: BinaryHeap::new(), reverse, started: false, last: None, failed: false }
+    }
+
+    fn pull(&mut self, src: usize) -> Result<()> {
+        if let Some(r) = self.sources[src].next() {
+            self.heap.push(HeapItem { entry: r?, src, reverse: self.reverse });
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for MergeIter {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        if self.failed {
+            return None;
+        }
+        if !self.started {
+            self.started = true;
+            for i in 0..self.sources.len() {
+                if let Err(e) = self.pull(i) {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        loop {
+            let item = self.heap.pop()?;
+            if let Err(e) = self.pull(item.src) {
+                self.failed = true;
+                return Some(Err(e));
+            }
+            let dup = matches!(&self.last, Some((k, s)) if *s == item.entry.seq && **k == *item.entry.key);
+            if dup {
+                continue;
+            }
+            self.last = Some((item.entry.key.clone(), item.entry.seq));
+            return Some(Ok(item.entry));
+        }
+    }
+}
+
+/// What a reader at `seq` sees of one key, given its versions newest first (all versions, any
+/// sequence numbers; those above `seq` are skipped). `None`: absent or deleted.
+pub fn resolve(
+    key: &[u8],
+    versions: &[Entry],
+    seq: u64,
+    merge_op: Option<&Arc<dyn MergeOperator>>,
+) -> Result<Option<Arc<[u8]>>> {
+    let mut operands: Vec<&[u8]> = Vec::new();
+    let mut base: Option<&Arc<[u8]>> = None;
+    for v in versions.iter().filter(|v| v.seq <= seq) {
+        match v.kind {
+            Kind::Put => {
+                base = Some(&v.value);
+                break;
+            }
+            Kind::Delete => break,
+            Kind::Merge => operands.push(&v.value),
+        }
+    }
+    if operands.is_empty() {
+        return Ok(base.cloned());
+    }
+    let Some(op) = merge_op else {
+        return Err(Error::MergeOperator(
+            "the database holds Merge entries but no merge operator is configured".into(),
+        ));
+    };
+    operands.reverse();
+    Ok(Some(Arc::from(op.full_merge(key, base.map(|b| &b[..]), &operands))))
+}
+
+/// Turns a merged stream of all versions into what a reader at `seq` sees: one `(key, value)`
+/// per live key, in the stream's direction.
+pub struct Resolver {
+    input: std::iter::Peekable<EntryIter>,
+    seq: u64,
+    merge_op: Option<Arc<dyn MergeOperator>>,
+    reverse: bool,
+    group: Vec<Entry>,
+}
+
+impl Resolver {
+    pub fn new(input: EntryIter, seq: u64, merge_op: Option<Arc<dyn MergeOperator>>, reverse: bool) -> Resolver {
+        Resolver { input: input.peekable(), seq, merge_op, reverse, group: Vec::new() }
+    }
+}
+
+impl Iterator for Resolver {
+    type Item = Result<(Arc<[u8]>, Arc<[u8]>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.group.clear();
+            let first = match self.input.next()? {
+                Ok(e) => e,
+                Err(e) => return Some(Err(e)),
+            };
+            let key = first.key.clone();
+            self.group.push(first);
+            while let Some(Ok(e)) = self.input.peek() {
+                if e.key != key {
+                    break;
+                }
+                match self.input.next() {
+                    Some(Ok(e)) => self.group.push(e),
+                    Some(Err(e)) => return Some(Err(e)),
+                    None => break,
+                }
+            }
+            if self.reverse {
+                // A reversed stream gives a key's versions oldest first.
+                self.group.reverse();
+            }
+            match resolve(&key, &self.group, self.seq, self.merge_op.as_ref()) {
+                Ok(Some(v)) => return Some(Ok((key, v))),
+                Ok(None) => continue,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+/// Which versions of one key a reorganisation keeps, DESIGN.md's rule: per snapshot stripe the
+/// newest version (Merge operands folded onto a base in the same stripe), and a tombstone only if
+/// something older may exist below (`bottom` false) or a kept older version needs hiding.
+///
+/// `versions` are newest first; `snapshots` ascending live snapshot sequence numbers.
+pub fn compact_versions(
+    versions: &[Entry],
+    snapshots: &[u64],
+    bottom: bool,
+    merge_op: Option<&Arc<dyn MergeOperator>>,
+) -> Result<Vec<Entry>> {
+    let stripe = |seq: u64| snapshots.partition_point(|&s| s < seq);
+    let mut out: Vec<Entry> = Vec::with_capacity(2);
+    let mut i = 0;
+    while i < versions.len() {
+        let s = stripe(versions[i].seq);
+        let mut j = i;
+        while j < versions.len() && stripe(versions[j].seq) == s {
+            j += 1;
+        }
+        let group = &versions[i..j];
+        let newest = &group[0];
+        if newest.kind != Kind::Merge {
+            out.push(newest.clone());
+        } else {
+            // Merge operands: fold onto a base if this stripe (or, at the bottom with nothing older,
+            // nothing at all) provides one; otherwise keep the operands as they are.
+            let base_at = group.iter().position(|v| v.kind != Kind::Merge);
+            let nothing_older = j == versions.len() && bottom;
+            match (base_at, merge_op) {
+                (Some(b), Some(op)) => {
+                    let mut ops: Vec<&[u8]> = group[..b].iter().map(|v| &v.value[..]).collect();
+                    ops.reverse();
+                    let base = if group[b].kind == Kind::Put { Some(&group[b].value[..]) } else { None };
+                    let v = op.full_merge(&newest.key, base, &ops);
+                    out.push(Entry { key: newest.key.clone(), seq: newest.seq, kind: Kind::Put, value: Arc::from(v) });
+                }
+                (None, Some(op)) if nothing_older => {
+                    let mut ops: Vec<&[u8]> = group.iter().map(|v| &v.value[..]).collect();
+                    ops.reverse();
+                    let v = op.full_merge(&newest.key, None, &ops);
+                    out.push(Entry { key: newest.key.clone(), seq: newest.seq, kind: Kind::Put, value: Arc::from(v) });
+                }
+                (Some(b), None) => out.extend(group[..=b].iter().cloned()),
+                _ => out.extend(group.iter().cloned()),
+            }
+        }
+        i = j;
+    }
+    if bottom {
+        // Nothing older exists below: trailing tombstones hide nothing.
+        while out.last().is_some_and(|e| e.kind == Kind::Delete) {
+            out.pop();
+        }
+    }
+    Ok(out)
+}
+
+/// Groups a sorted stream by key and applies [`compact_versions`] to each group.
+pub struct Compactor<I: Iterator<Item = Result<Entry>>> {
+    input: std::iter::Peekable<I>,
+    snapshots: Vec<u64>,
+    bottom: bool,
+    merge_op: Option<Arc<dyn MergeOperator>>,
+    pending: std::collections::VecDeque<Entry>,
+}
+
+impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
+    pub fn new(input: I, snapshots: Vec<u64>, bottom: bool, merge_op: Option<Arc<dyn MergeOperator>>) -> Self {
+        Compactor { input: input.peekable(), snapshots, bottom, merge_op, pending: Default::default() }
+    }
+}
+
+impl<I: Iterator<Item = Result<Entry>>> Iterator for Compactor<I> {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                return Some(Ok(e));
+            }
+            let first = match self.input.next()? {
+                Ok(e) => e,
+                Err(e) => return Some(Err(e)),
+            };
+            let mut group = vec![first];
+            loop {
+                match self.input.peek() {
+                    Some(Ok(e)) if e.key == group[0].key => {}
+                    _ => break,
+                }
+                match self.input.next() {
+                    Some(Ok(e)) => group.push(e),
+                    Some(Err(e)) => return Some(Err(e)),
+                    None => break,
+                }
+            }
+            match compact_versions(&group, &self.snapshots, self.bottom, self.merge_op.as_ref()) {
+                Ok(kept) => self.pending.extend(kept),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Concat;
+    impl MergeOperator for Concat {
+        fn name(&self) -> &str {
+            "concat"
+        }
+        fn full_merge(&self, _key: &[u8], base: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
+            let mut v = base.map(|b| b.to_vec()).unwrap_or_default();
+            for o in operands {
+                v.extend_from_slice(o);
+            }
+            v
+        }
+    }
+
+    fn e(seq: u64, kind: Kind, v: &str) -> Entry {
+        Entry::new(b"k", seq, kind, v.as_bytes())
+    }
+
+    #[test]
+    fn stripes_keep_snapshot_versions() {
+        let op: Arc<dyn MergeOperator> = Arc::new(Concat);
+        let vs = vec![e(9, Kind::Merge, "c"), e(7, Kind::Put, "b"), e(5, Kind::Delete, ""), e(2, Kind::Put, "a")];
+        let kept = compact_versions(&vs, &[6], true, Some(&op)).unwrap_or_default();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(&*kept[0].value, b"bc");
+        let kept = compact_versions(&vs, &[3], false, Some(&op)).unwrap_or_default();
+        assert_eq!(kept.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![9, 2]);
+        let r = resolve(b"k", &vs, 8, Some(&op)).unwrap_or_default();
+        assert_eq!(r.as_deref(), Some(&b"b"[..]));
+        let r = resolve(b"k", &vs, 6, Some(&op)).unwrap_or_default();
+        assert_eq!(r, None);
+    }
+
+    #[test]
+    fn merge_dedups_and_orders() {
+        let a: Vec<Result<Entry>> = vec![Ok(Entry::new(b"a", 2, Kind::Put, b"")), Ok(Entry::new(b"c", 1, Kind::Put, b""))];
+        let b: Vec<Result<Entry>> = vec![Ok(Entry::new(b"a", 2, Kind::Put, b"")), Ok(Entry::new(b"b", 5, Kind::Put, b""))];
+        let m = MergeIter::new(vec![Box::new(a.into_iter()), Box::new(b.into_iter())], false);
+        let keys: Vec<Vec<u8>> = m.map(|e| e.map(|e| e.key.to_vec()).unwrap_or_default()).collect();
+        assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    }
+}

@@ -1,0 +1,290 @@
+//! Options: what a user sets when opening a database, and which of them are persisted.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::entry::codec::{self, Reader};
+use crate::error::{Error, Result};
+use crate::storage::Fs;
+
+/// When a write is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Acknowledged once it is in the write-ahead log in the OS (survives a process crash).
+    #[default]
+    Buffered,
+    /// Acknowledged once the write-ahead log is synced to the device (survives a power cut).
+    Sync,
+}
+
+/// Parameters of the copy-on-write B+-tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BTreeParams {
+    /// Fill target of a leaf built by a split, in percent of the page (50..=100).
+    pub fill_percent: u32,
+}
+
+impl Default for BTreeParams {
+    fn default() -> Self {
+        BTreeParams { fill_percent: 90 }
+    }
+}
+
+/// Parameters of the leveled LSM-tree (LevelDB's rules).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LsmParams {
+    /// Target size of one table (LevelDB: 2 MiB).
+    pub table_bytes: u64,
+    /// Size ratio between adjacent levels (LevelDB: 10).
+    pub size_ratio: u64,
+    /// Total size of level 1 (LevelDB: 10 MiB).
+    pub level1_bytes: u64,
+    /// Level-0 file count that triggers a compaction (LevelDB: 4).
+    pub l0_compaction_trigger: u32,
+    /// Level-0 file count at which each write is delayed by 1 ms (LevelDB: 8).
+    pub l0_slowdown: u32,
+    /// Level-0 file count at which writes stop until compaction catches up (LevelDB: 12).
+    pub l0_stop: u32,
+    /// Bloom filter bits per key (LevelDB's filter policy: 10).
+    pub bloom_bits_per_key: u32,
+}
+
+impl Default for LsmParams {
+    fn default() -> Self {
+        LsmParams {
+            table_bytes: 2 << 20,
+            size_ratio: 10,
+            level1_bytes: 10 << 20,
+            l0_compaction_trigger: 4,
+            l0_slowdown: 8,
+            l0_stop: 12,
+            bloom_bits_per_key: 10,
+        }
+    }
+}
+
+/// Which index structure organises the data file, with its parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexKind {
+    /// Copy-on-write B+-tree: the read-optimal baseline.
+    BTree(BTreeParams),
+    /// Leveled LSM-tree following LevelDB's rules: the write-optimized baseline.
+    Lsm(LsmParams),
+}
+
+impl IndexKind {
+    /// The short name used on the command line and in stats (`btree`, `lsm`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            IndexKind::BTree(_) => "btree",
+            IndexKind::Lsm(_) => "lsm",
+        }
+    }
+
+    /// The kind with default parameters for a command-line name.
+    pub fn from_name(name: &str) -> Result<IndexKind> {
+        match name {
+            "btree" => Ok(IndexKind::BTree(BTreeParams::default())),
+            "lsm" => Ok(IndexKind::Lsm(LsmParams::default())),
+            other => Err(Error::InvalidOption(format!("unknown index kind {other:?} (known: btree, lsm)"))),
+        }
+    }
+
+    /// Every kind, with default parameters.
+    pub fn all() -> Vec<IndexKind> {
+        vec![IndexKind::BTree(BTreeParams::default()), IndexKind::Lsm(LsmParams::default())]
+    }
+
+    fn validate(&self) -> Result<()> {
+        match self {
+            IndexKind::BTree(p) => {
+                if !(50..=100).contains(&p.fill_percent) {
+                    return Err(Error::InvalidOption(format!("btree fill_percent {} not in 50..=100", p.fill_percent)));
+                }
+            }
+            IndexKind::Lsm(p) => {
+                if p.table_bytes < 16 << 10 {
+                    return Err(Error::InvalidOption("lsm table_bytes below 16 KiB".into()));
+                }
+                if p.size_ratio < 2 {
+                    return Err(Error::InvalidOption("lsm size_ratio below 2".into()));
+                }
+                if p.level1_bytes < p.table_bytes {
+                    return Err(Error::InvalidOption("lsm level1_bytes below table_bytes".into()));
+                }
+                if !(1 <= p.l0_compaction_trigger && p.l0_compaction_trigger <= p.l0_slowdown && p.l0_slowdown <= p.l0_stop) {
+                    return Err(Error::InvalidOption(
+                        "lsm needs 1 <= l0_compaction_trigger <= l0_slowdown <= l0_stop".into(),
+                    ));
+                }
+                if p.bloom_bits_per_key > 64 {
+                    return Err(Error::InvalidOption("lsm bloom_bits_per_key above 64".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            IndexKind::BTree(p) => {
+                out.push(1);
+                codec::put_u32(out, p.fill_percent);
+            }
+            IndexKind::Lsm(p) => {
+                out.push(2);
+                codec::put_u64(out, p.table_bytes);
+                codec::put_u64(out, p.size_ratio);
+                codec::put_u64(out, p.level1_bytes);
+                codec::put_u32(out, p.l0_compaction_trigger);
+                codec::put_u32(out, p.l0_slowdown);
+                codec::put_u32(out, p.l0_stop);
+                codec::put_u32(out, p.bloom_bits_per_key);
+            }
+        }
+    }
+
+    pub(crate) fn decode(r: &mut Reader) -> Result<IndexKind> {
+        match r.u8()? {
+            1 => Ok(IndexKind::BTree(BTreeParams { fill_percent: r.u32()? })),
+            2 => Ok(IndexKind::Lsm(LsmParams {
+                table_bytes: r.u64()?,
+                size_ratio: r.u64()?,
+                level1_bytes: r.u64()?,
+                l0_compaction_trigger: r.u32()?,
+                l0_slowdown: r.u32()?,
+                l0_stop: r.u32()?,
+                bloom_bits_per_key: r.u32()?,
+            })),
+            k => Err(Error::corruption("options", None, format!("unknown index kind tag {k}"))),
+        }
+    }
+}
+
+/// A user merge operator: folds Merge operands onto a base value (counters, appends).
+pub trait MergeOperator: Send + Sync {
+    /// A stable name, persisted with the database; reopening with a different name is an error.
+    fn name(&self) -> &str;
+    /// Folds `operands` (oldest first) onto `base` (None when the key had no value).
+    fn full_merge(&self, key: &[u8], base: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8>;
+}
+
+/// Options for [`crate::Db::open`]. Fields marked *persisted* are stored in the database; leaving
+/// them `None` on open means "what the database has", and an explicit different value is
+/// [`Error::OptionsMismatch`].
+#[derive(Clone)]
+pub struct Options {
+    /// The index structure (*persisted*). `None` creates a `lsm` database.
+    pub index: Option<IndexKind>,
+    /// Bytes of the page cache (default 64 MiB).
+    pub cache_bytes: u64,
+    /// Bytes of one memtable (default 16 MiB). Two may exist at once (active and frozen).
+    pub memtable_bytes: u64,
+    /// Use direct I/O for the data file where the file system supports it (default true).
+    pub direct_io: bool,
+    /// Default durability of writes (default [`Durability::Buffered`]).
+    pub durability: Durability,
+    /// Threads doing index work in the background (default 1; 0 = writers do all work inline).
+    pub background_threads: usize,
+    /// Merge operator; its name is *persisted* once a Merge entry has been written.
+    pub merge_operator: Option<Arc<dyn MergeOperator>>,
+    /// Write the write-ahead log (default true). Without it, only data moved into the index by
+    /// `flush` or `close` survives a crash: for bulk loads.
+    pub wal: bool,
+    /// The file system (default: the real one). Tests pass a [`crate::storage::FaultFs`].
+    pub fs: Option<Arc<dyn Fs>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            index: None,
+            cache_bytes: 64 << 20,
+            memtable_bytes: 16 << 20,
+            direct_io: true,
+            durability: Durability::Buffered,
+            background_threads: 1,
+            merge_operator: None,
+            wal: true,
+            fs: None,
+        }
+    }
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Options")
+            .field("index", &self.index)
+            .field("cache_bytes", &self.cache_bytes)
+            .field("memtable_bytes", &self.memtable_bytes)
+            .field("direct_io", &self.direct_io)
+            .field("durability", &self.durability)
+            .field("background_threads", &self.background_threads)
+            .field("merge_operator", &self.merge_operator.as_ref().map(|m| m.name().to_string()))
+            .field("wal", &self.wal)
+            .finish()
+    }
+}
+
+impl Options {
+    /// Options for an index kind, everything else default.
+    pub fn with_index(kind: IndexKind) -> Options {
+        Options { index: Some(kind), ..Options::default() }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.memtable_bytes < 16 << 10 {
+            return Err(Error::InvalidOption(format!("memtable_bytes {} below 16 KiB", self.memtable_bytes)));
+        }
+        if self.memtable_bytes > 1 << 34 {
+            return Err(Error::InvalidOption(format!("memtable_bytes {} above 16 GiB", self.memtable_bytes)));
+        }
+        if self.cache_bytes < 64 << 10 {
+            return Err(Error::InvalidOption(format!("cache_bytes {} below 64 KiB", self.cache_bytes)));
+        }
+        if self.background_threads > 64 {
+            return Err(Error::InvalidOption("background_threads above 64".into()));
+        }
+        if let Some(k) = &self.index {
+            k.validate()?;
+        }
+        Ok(())
+    }
+}
+
+/// What the database persists about its own shape (the manifest's config record).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PersistedConfig {
+    pub index: IndexKind,
+    /// Always "bytewise" today; persisted so that another comparator is never silently mixed.
+    pub comparator: String,
+    /// Name of the merge operator the data was written with, if any Merge entry was written.
+    pub merge_operator: Option<String>,
+}
+
+impl PersistedConfig {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.index.encode(&mut out);
+        codec::put_bytes(&mut out, self.comparator.as_bytes());
+        match &self.merge_operator {
+            Some(n) => {
+                out.push(1);
+                codec::put_bytes(&mut out, n.as_bytes());
+            }
+            None => out.push(0),
+        }
+        out
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<PersistedConfig> {
+        let mut r = Reader::new(buf, "persisted options");
+        let index = IndexKind::decode(&mut r)?;
+        let comparator = String::from_utf8_lossy(r.bytes()?).into_owned();
+        let merge_operator = match r.u8()? {
+            0 => None,
+            _ => Some(String::from_utf8_lossy(r.bytes()?).into_owned()),
+        };
+        Ok(PersistedConfig { index, comparator, merge_operator })
+    }
+}

@@ -1,0 +1,495 @@
+//! Bulk-building a run bottom-up: data pages are filled in entry order and written a chunk
+//! (`extent_pages` pages) at a time; the index levels, the filter and the header follow at
+//! [`RunBuilder::finish`].
+
+use std::cmp::Ordering;
+
+use super::format::{
+    encode_data_blob, encode_data_inline, put_header, IndexItem, SlottedPage, FORMAT_MAJOR,
+    FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT, PAGE_BLOB, PAGE_DATA, PAGE_FILTER,
+    PAGE_HEADER, PAGE_INDEX, PAYLOAD,
+};
+use super::{RunMeta, RunOptions};
+use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};
+use crate::error::{Error, Result};
+use crate::filter::BloomBuilder;
+use crate::storage::{AlignedBuf, Extent, PageFile, PAGE_BODY, PAGE_SIZE};
+
+/// The chunk being filled.
+struct Chunk {
+    extent: Extent,
+    buf: AlignedBuf,
+    used: u64,
+}
+
+/// Hands out page numbers and writes pages, a chunk at a time; remembers every extent it
+/// allocated so that they can be listed in the run's metadata or released.
+struct Sink<'a> {
+    store: &'a PageFile,
+    opts: RunOptions,
+    chunk: Option<Chunk>,
+    /// Extents holding written pages, in allocation order.
+    done: Vec<Extent>,
+}
+
+impl<'a> Sink<'a> {
+    /// Places `n` contiguous pages, letting `fill(i, body)` write the body of page `i` (a zeroed
+    /// `PAGE_SIZE` slice whose checksum is added later). Returns the first page number.
+    fn put(&mut self, n: u64, mut fill: impl FnMut(usize, &mut [u8])) -> Result<u64> {
+        let chunk_pages = self.opts.extent_pages.max(1);
+        if n > chunk_pages {
+            // Larger than a chunk: an extent of its own, allocated exactly.
+            let extent = self.store.alloc().alloc(n);
+            self.done.push(extent);
+            let mut buf = AlignedBuf::zeroed(n as usize * PAGE_SIZE);
+            for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+                fill(i, page);
+            }
+            self.store.write(extent.start, buf, self.opts.purpose)?;
+            return Ok(extent.start);
+        }
+        if self
+            .chunk
+            .as_ref()
+            .is_some_and(|c| c.used + n > c.extent.pages)
+        {
+            self.flush_chunk()?;
+        }
+        let c = match &mut self.chunk {
+            Some(c) => c,
+            None => {
+                let extent = self.store.alloc().alloc(chunk_pages);
+                let buf = AlignedBuf::zeroed(chunk_pages as usize * PAGE_SIZE);
+                self.chunk.insert(Chunk {
+                    extent,
+                    buf,
+                    used: 0,
+                })
+            }
+        };
+        let first = c.used as usize;
+        for i in 0..n as usize {
+            fill(
+                i,
+                &mut c.buf[(first + i) * PAGE_SIZE..(first + i + 1) * PAGE_SIZE],
+            );
+        }
+        c.used += n;
+        Ok(c.extent.start + first as u64)
+    }
+
+    /// Writes the filled part of the chunk and gives its unused tail back.
+    fn flush_chunk(&mut self) -> Result<()> {
+        let Some(c) = self.chunk.take() else {
+            return Ok(());
+        };
+        let used = Extent {
+            start: c.extent.start,
+            pages: c.used,
+        };
+        let tail = Extent {
+            start: used.end(),
+            pages: c.extent.pages - c.used,
+        };
+        self.store.alloc().release(tail);
+        if used.pages == 0 {
+            return Ok(());
+        }
+        self.done.push(used);
+        let buf = if used.pages == c.extent.pages {
+            c.buf
+        } else {
+            AlignedBuf::from_slice(&c.buf[..used.pages as usize * PAGE_SIZE])
+        };
+        self.store.write(used.start, buf, self.opts.purpose)
+    }
+
+    /// Gives back everything allocated.
+    fn release_all(&mut self) {
+        if let Some(c) = self.chunk.take() {
+            self.store.alloc().release(c.extent);
+        }
+        for e in self.done.drain(..) {
+            self.store.alloc().release(e);
+        }
+    }
+}
+
+/// Builds one run from entries arriving in [`cmp_entries`] order.
+///
+/// Memory is bounded by one chunk of pages, the index entries of the level above the data
+/// pages, and the filter's key hashes (8 bytes per distinct key). Dropping a builder without
+/// [`finish`](RunBuilder::finish) releases what it allocated, as [`abandon`](RunBuilder::abandon)
+/// does; after an error from [`add`](RunBuilder::add) the builder should be abandoned.
+pub struct RunBuilder<'a> {
+    sink: Sink<'a>,
+    page: SlottedPage,
+    /// Separator of the page being filled, and its totals.
+    page_first: Option<(Vec<u8>, u64)>,
+    page_bytes: u64,
+    /// Index entries for the level above the data pages.
+    level1: Vec<IndexItem>,
+    bloom: Option<BloomBuilder>,
+    last: Option<(Vec<u8>, u64)>,
+    min_key: Vec<u8>,
+    min_seq: u64,
+    max_seq: u64,
+    entries: u64,
+    user_bytes: u64,
+    data_pages: u64,
+    blob_pages: u64,
+    item: Vec<u8>,
+    finished: bool,
+}
+
+impl<'a> RunBuilder<'a> {
+    /// A builder writing into `store`.
+    pub fn new(store: &'a PageFile, opts: RunOptions) -> Self {
+        let bloom =
+            (opts.bloom_bits_per_key > 0).then(|| BloomBuilder::new(opts.bloom_bits_per_key));
+        RunBuilder {
+            sink: Sink {
+                store,
+                opts,
+                chunk: None,
+                done: Vec::new(),
+            },
+            page: SlottedPage::default(),
+            page_first: None,
+            page_bytes: 0,
+            level1: Vec::new(),
+            bloom,
+            last: None,
+            min_key: Vec::new(),
+            min_seq: u64::MAX,
+            max_seq: 0,
+            entries: 0,
+            user_bytes: 0,
+            data_pages: 0,
+            blob_pages: 0,
+            item: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// Appends one entry. Entries must arrive in [`cmp_entries`] order with no (key, seq)
+    /// twice: anything else is a bug of the caller (a debug assertion, and
+    /// `Error::InvalidOption` in release builds). Keys and values are checked against the limits.
+    pub fn add(&mut self, e: &Entry) -> Result<()> {
+        check_key(&e.key)?;
+        check_value(&e.value)?;
+        let new_key = match &self.last {
+            Some((k, s)) => {
+                let ord = cmp_entries(k, *s, &e.key, e.seq);
+                if ord != Ordering::Less {
+                    debug_assert!(
+                        false,
+                        "run entries out of order: ({k:?}, {s}) then ({:?}, {})",
+                        e.key, e.seq
+                    );
+                    return Err(Error::InvalidOption(format!(
+                        "run entries out of order: seq {s} then seq {} (keys of {} and {} bytes)",
+                        e.seq,
+                        k.len(),
+                        e.key.len()
+                    )));
+                }
+                k.as_slice() != &*e.key
+            }
+            None => true,
+        };
+
+        self.item.clear();
+        encode_data_inline(&mut self.item, e.kind, e.seq, &e.key, &e.value);
+        if self.item.len() > MAX_ITEM {
+            let blob_page = self.put_blob(&e.value)?;
+            self.item.clear();
+            encode_data_blob(
+                &mut self.item,
+                e.kind,
+                e.seq,
+                &e.key,
+                blob_page,
+                e.value.len() as u32,
+            );
+        }
+        if !self.page.fits(self.item.len()) {
+            self.seal_data_page()?;
+        }
+        if self.page.len() == 0 {
+            self.page_first = Some(separator(self.last.as_ref(), &e.key, e.seq));
+        }
+        self.page.push(&self.item);
+        let ub = e.user_bytes() as u64;
+        self.page_bytes += ub;
+        self.user_bytes += ub;
+        self.entries += 1;
+        self.min_seq = self.min_seq.min(e.seq);
+        self.max_seq = self.max_seq.max(e.seq);
+        if new_key {
+            if let Some(b) = &mut self.bloom {
+                b.add_key(&e.key);
+            }
+        }
+        if self.last.is_none() {
+            self.min_key = e.key.to_vec();
+        }
+        match &mut self.last {
+            Some((k, s)) => {
+                if new_key {
+                    k.clear();
+                    k.extend_from_slice(&e.key);
+                }
+                *s = e.seq;
+            }
+            None => self.last = Some((e.key.to_vec(), e.seq)),
+        }
+        Ok(())
+    }
+
+    /// Entries added so far.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Bytes the run occupies so far: whole pages written or placed (data and blob) plus the
+    /// page being filled. Index, filter and header pages come on top at `finish`.
+    pub fn bytes_so_far(&self) -> u64 {
+        (self.data_pages + self.blob_pages) * PAGE_SIZE as u64
+            + (HEADER_LEN + 2 * (self.page.len() + 1) + self.page.items.len()) as u64
+    }
+
+    fn put_blob(&mut self, value: &[u8]) -> Result<u64> {
+        let n = value.len().div_ceil(PAYLOAD).max(1);
+        self.blob_pages += n as u64;
+        self.sink.put(n as u64, |i, body| {
+            let part = &value[i * PAYLOAD..((i + 1) * PAYLOAD).min(value.len())];
+            put_header(body, PAGE_BLOB, 0, 0, part.len() as u32);
+            body[HEADER_LEN..HEADER_LEN + part.len()].copy_from_slice(part);
+        })
+    }
+
+    fn seal_data_page(&mut self) -> Result<()> {
+        let Some((key, seq)) = self.page_first.take() else {
+            return Ok(());
+        };
+        let entries = self.page.len() as u64;
+        let page = &mut self.page;
+        let child = self
+            .sink
+            .put(1, |_, body| page.write_into(body, PAGE_DATA, 0))?;
+        self.level1.push(IndexItem {
+            key,
+            seq,
+            child,
+            entries,
+            bytes: self.page_bytes,
+        });
+        self.page_bytes = 0;
+        self.data_pages += 1;
+        Ok(())
+    }
+
+    /// Writes the rest of the run (last data page, index levels, filter, header) and returns
+    /// its metadata. An empty builder gives a valid empty run (a header page only).
+    pub fn finish(mut self) -> Result<RunMeta> {
+        let r = self.finish_inner();
+        if r.is_err() {
+            self.sink.release_all();
+        }
+        self.finished = true;
+        r.map(|(meta, _)| meta)
+    }
+
+    /// [`finish`](RunBuilder::finish), also returning the tree root (data or index page, or
+    /// `NO_ROOT`) and the filter, so that the run can be opened without reading them back.
+    pub(crate) fn finish_parts(mut self) -> Result<(RunMeta, u64, Option<Vec<u8>>)> {
+        let r = self.finish_inner();
+        if r.is_err() {
+            self.sink.release_all();
+        }
+        self.finished = true;
+        r.map(|(meta, (root, filter))| (meta, root, filter))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn finish_inner(&mut self) -> Result<(RunMeta, (u64, Option<Vec<u8>>))> {
+        self.seal_data_page()?;
+        let mut level = std::mem::take(&mut self.level1);
+        let mut height = u32::from(!level.is_empty());
+        while level.len() > 1 {
+            level = self.write_index_level(&level, height as u8)?;
+            height += 1;
+        }
+        let tree_root = level.first().map_or(NO_ROOT, |i| i.child);
+
+        // An empty run needs no filter: lookups never reach its (absent) tree.
+        let filter = self
+            .bloom
+            .take()
+            .filter(|b| !b.is_empty())
+            .map(BloomBuilder::finish);
+        let (filter_page, filter_pages) = match &filter {
+            Some(bytes) => {
+                let n = bytes.len().div_ceil(PAYLOAD).max(1);
+                let start = self.sink.put(n as u64, |i, body| {
+                    let part = &bytes[i * PAYLOAD..((i + 1) * PAYLOAD).min(bytes.len())];
+                    put_header(body, PAGE_FILTER, 0, 0, part.len() as u32);
+                    body[HEADER_LEN..HEADER_LEN + part.len()].copy_from_slice(part);
+                })?;
+                (start, n as u64)
+            }
+            None => (0, 0),
+        };
+
+        let (max_key, max_seq, min_seq) = match &self.last {
+            Some((k, _)) => (k.clone(), self.max_seq, self.min_seq),
+            None => (Vec::new(), 0, 0),
+        };
+        let mut meta = RunMeta {
+            extents: Vec::new(),
+            root_page: 0,
+            height,
+            entries: self.entries,
+            user_bytes: self.user_bytes,
+            data_pages: self.data_pages,
+            min_key: std::mem::take(&mut self.min_key),
+            max_key,
+            min_seq,
+            max_seq,
+            filter_page,
+            filter_pages,
+        };
+        let mut payload = Vec::with_capacity(256);
+        encode_header(&mut payload, &meta, tree_root);
+        if payload.len() > PAGE_BODY - HEADER_LEN {
+            return Err(Error::InvalidOption(format!(
+                "run header of {} bytes does not fit a page",
+                payload.len()
+            )));
+        }
+        meta.root_page = self.sink.put(1, |_, body| {
+            put_header(body, PAGE_HEADER, 0, 0, payload.len() as u32);
+            body[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(&payload);
+        })?;
+        self.sink.flush_chunk()?;
+        meta.extents = std::mem::take(&mut self.sink.done);
+        Ok((meta, (tree_root, filter)))
+    }
+
+    /// Packs one level of index items into index pages at `level`, returning the items of the
+    /// level above.
+    fn write_index_level(&mut self, items: &[IndexItem], level: u8) -> Result<Vec<IndexItem>> {
+        let mut up = Vec::with_capacity(items.len() / 8 + 1);
+        let mut page = SlottedPage::default();
+        let mut first: Option<(Vec<u8>, u64)> = None;
+        let (mut entries, mut bytes) = (0u64, 0u64);
+        let mut buf = Vec::new();
+        for (n, it) in items.iter().enumerate() {
+            buf.clear();
+            it.encode(&mut buf);
+            if !page.fits(buf.len()) {
+                self.seal_index_page(
+                    &mut page,
+                    level,
+                    &mut first,
+                    &mut entries,
+                    &mut bytes,
+                    &mut up,
+                )?;
+            }
+            if page.len() == 0 {
+                first = Some((it.key.clone(), it.seq));
+            }
+            page.push(&buf);
+            entries += it.entries;
+            bytes += it.bytes;
+            if n + 1 == items.len() {
+                self.seal_index_page(
+                    &mut page,
+                    level,
+                    &mut first,
+                    &mut entries,
+                    &mut bytes,
+                    &mut up,
+                )?;
+            }
+        }
+        Ok(up)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn seal_index_page(
+        &mut self,
+        page: &mut SlottedPage,
+        level: u8,
+        first: &mut Option<(Vec<u8>, u64)>,
+        entries: &mut u64,
+        bytes: &mut u64,
+        up: &mut Vec<IndexItem>,
+    ) -> Result<()> {
+        let Some((key, seq)) = first.take() else {
+            return Ok(());
+        };
+        let child = self
+            .sink
+            .put(1, |_, body| page.write_into(body, PAGE_INDEX, level))?;
+        up.push(IndexItem {
+            key,
+            seq,
+            child,
+            entries: *entries,
+            bytes: *bytes,
+        });
+        *entries = 0;
+        *bytes = 0;
+        Ok(())
+    }
+
+    /// Stops building and releases every page allocated so far.
+    pub fn abandon(mut self) {
+        self.sink.release_all();
+        self.finished = true;
+    }
+}
+
+impl Drop for RunBuilder<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.sink.release_all();
+        }
+    }
+}
+
+/// The separator for a data page whose first entry is (`key`, `seq`) and whose predecessor
+/// ends with `prev`: the shortest prefix of `key` that orders after every key of `prev`'s
+/// page, with seq `u64::MAX` (first among its versions), or the entry itself when `prev` has
+/// the same key. Short separators keep index fanout high when a long key starts a page.
+fn separator(prev: Option<&(Vec<u8>, u64)>, key: &[u8], seq: u64) -> (Vec<u8>, u64) {
+    match prev {
+        Some((p, _)) if p.as_slice() == key => (key.to_vec(), seq),
+        Some((p, _)) => {
+            let common = p.iter().zip(key).take_while(|(a, b)| a == b).count();
+            (key[..(common + 1).min(key.len())].to_vec(), u64::MAX)
+        }
+        None => (key.to_vec(), seq),
+    }
+}
+
+/// Encodes the run header page's payload (after the common page header).
+pub(crate) fn encode_header(out: &mut Vec<u8>, meta: &RunMeta, tree_root: u64) {
+    out.extend_from_slice(MAGIC);
+    codec::put_u16(out, FORMAT_MAJOR);
+    codec::put_u16(out, FORMAT_MINOR);
+    codec::put_u32(out, meta.height);
+    codec::put_u64(out, tree_root);
+    codec::put_u64(out, meta.entries);
+    codec::put_u64(out, meta.user_bytes);
+    codec::put_u64(out, meta.data_pages);
+    codec::put_u64(out, meta.min_seq);
+    codec::put_u64(out, meta.max_seq);
+    codec::put_u64(out, meta.filter_page);
+    codec::put_u64(out, meta.filter_pages);
+    codec::put_bytes(out, &meta.min_key);
+    codec::put_bytes(out, &meta.max_key);
+}

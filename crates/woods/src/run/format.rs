@@ -1,0 +1,412 @@
+//! The byte layout of run pages (specified in `docs/format-run.md`) and the bounds-checked
+//! decoding of them. Nothing here panics on page contents: every malformed field is
+//! `Error::Corruption` naming the page.
+
+use crate::cache::PageRef;
+use crate::entry::codec::{self, Reader};
+use crate::entry::{cmp_entries, Kind};
+use crate::error::{Error, Result};
+use crate::storage::PAGE_BODY;
+use std::cmp::Ordering;
+
+/// Page type byte of a data (leaf) page.
+pub const PAGE_DATA: u8 = 1;
+/// Page type byte of an index page.
+pub const PAGE_INDEX: u8 = 2;
+/// Page type byte of a blob page (part of an out-of-line value).
+pub const PAGE_BLOB: u8 = 3;
+/// Page type byte of a filter page.
+pub const PAGE_FILTER: u8 = 4;
+/// Page type byte of the run header page.
+pub const PAGE_HEADER: u8 = 5;
+
+/// Bytes of the common page header: type u8, level u8, count u16, aux u32.
+pub const HEADER_LEN: usize = 8;
+/// Payload bytes of a blob or filter page.
+pub const PAYLOAD: usize = PAGE_BODY - HEADER_LEN;
+
+/// Largest encoded data or index entry: three of them (with their offsets) fit in one page.
+pub const MAX_ITEM: usize = (PAGE_BODY - HEADER_LEN - 2 * 4) / 3;
+
+/// Flag in a data entry's kind byte: the value is a blob reference.
+pub const BLOB_FLAG: u8 = 0x80;
+
+/// Magic at the start of the run header page's payload.
+pub const MAGIC: &[u8; 8] = b"WOODSRUN";
+/// Format major version of runs written by this build.
+pub const FORMAT_MAJOR: u16 = 1;
+/// Format minor version of runs written by this build.
+pub const FORMAT_MINOR: u16 = 0;
+
+/// Root page recorded in the header of an empty run (it has no tree).
+pub const NO_ROOT: u64 = u64::MAX;
+
+/// Sets a corruption error's page when the error does not name one yet.
+pub fn at_page(e: Error, page: u64) -> Error {
+    match e {
+        Error::Corruption {
+            what,
+            page: None,
+            detail,
+        } => Error::Corruption {
+            what,
+            page: Some(page),
+            detail,
+        },
+        other => other,
+    }
+}
+
+/// A corruption error in a run page.
+pub fn corrupt(page: u64, detail: impl Into<String>) -> Error {
+    Error::corruption("run", Some(page), detail)
+}
+
+/// Writes the common page header into `body`.
+pub fn put_header(body: &mut [u8], ty: u8, level: u8, count: u16, aux: u32) {
+    body[0] = ty;
+    body[1] = level;
+    body[2..4].copy_from_slice(&count.to_le_bytes());
+    body[4..8].copy_from_slice(&aux.to_le_bytes());
+}
+
+/// The common page header of a page read from disk.
+#[derive(Clone, Copy, Debug)]
+pub struct PageHeader {
+    /// Page type byte.
+    pub ty: u8,
+    /// Tree level (0 for data pages).
+    pub level: u8,
+    /// Items in the page.
+    pub count: u16,
+    /// Type-specific: payload bytes of blob and filter pages.
+    pub aux: u32,
+}
+
+/// Reads the common header, checking the page type.
+pub fn header(page: u64, buf: &[u8], want: u8) -> Result<PageHeader> {
+    let b = buf
+        .get(..HEADER_LEN)
+        .ok_or_else(|| corrupt(page, "page shorter than its header"))?;
+    let h = PageHeader {
+        ty: b[0],
+        level: b[1],
+        count: u16::from_le_bytes([b[2], b[3]]),
+        aux: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+    };
+    if h.ty != want {
+        return Err(corrupt(
+            page,
+            format!("page type {} where type {want} was expected", h.ty),
+        ));
+    }
+    Ok(h)
+}
+
+/// Builds slotted (data or index) pages: items with a u16 offset array.
+#[derive(Default)]
+pub struct SlottedPage {
+    /// Encoded items, back to back.
+    pub items: Vec<u8>,
+    /// Start of each item within `items`.
+    pub starts: Vec<u16>,
+}
+
+impl SlottedPage {
+    /// Whether an item of `len` more bytes still fits.
+    pub fn fits(&self, len: usize) -> bool {
+        HEADER_LEN + 2 * (self.starts.len() + 2) + self.items.len() + len <= PAGE_BODY
+    }
+
+    /// Items so far.
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Appends one encoded item (the caller checked `fits`).
+    pub fn push(&mut self, item: &[u8]) {
+        self.starts.push(self.items.len() as u16);
+        self.items.extend_from_slice(item);
+    }
+
+    /// Lays the page out into `body` (at least `PAGE_BODY` bytes, zeroed) and empties self.
+    pub fn write_into(&mut self, body: &mut [u8], ty: u8, level: u8) {
+        let n = self.starts.len();
+        put_header(body, ty, level, n as u16, 0);
+        let base = HEADER_LEN + 2 * (n + 1);
+        for (i, s) in self
+            .starts
+            .iter()
+            .chain(std::iter::once(&(self.items.len() as u16)))
+            .enumerate()
+        {
+            let off = (base + *s as usize) as u16;
+            body[HEADER_LEN + 2 * i..HEADER_LEN + 2 * i + 2].copy_from_slice(&off.to_le_bytes());
+        }
+        body[base..base + self.items.len()].copy_from_slice(&self.items);
+        self.items.clear();
+        self.starts.clear();
+    }
+}
+
+/// Encodes one data entry whose value is stored inline.
+pub fn encode_data_inline(out: &mut Vec<u8>, kind: Kind, seq: u64, key: &[u8], value: &[u8]) {
+    out.push(kind as u8);
+    codec::put_varint(out, seq);
+    codec::put_bytes(out, key);
+    codec::put_bytes(out, value);
+}
+
+/// Encodes one data entry whose value lives in blob pages starting at `blob_page`.
+pub fn encode_data_blob(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    seq: u64,
+    key: &[u8],
+    blob_page: u64,
+    len: u32,
+) {
+    out.push(kind as u8 | BLOB_FLAG);
+    codec::put_varint(out, seq);
+    codec::put_bytes(out, key);
+    codec::put_u64(out, blob_page);
+    codec::put_u32(out, len);
+}
+
+/// One index entry: a child's separator and its subtree totals. The separator (key, seq)
+/// orders at or before the child's first entry and after every entry of the children before
+/// it: the child's first entry, or a shortened key (a prefix of it) with seq `u64::MAX`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexItem {
+    /// Separator key.
+    pub key: Vec<u8>,
+    /// Separator seq.
+    pub seq: u64,
+    /// The child page.
+    pub child: u64,
+    /// Entries in the child's subtree.
+    pub entries: u64,
+    /// User bytes (key + value lengths) in the child's subtree.
+    pub bytes: u64,
+}
+
+impl IndexItem {
+    /// Encodes the item as an index page stores it.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        codec::put_varint(out, self.seq);
+        codec::put_bytes(out, &self.key);
+        codec::put_u64(out, self.child);
+        codec::put_varint(out, self.entries);
+        codec::put_varint(out, self.bytes);
+    }
+}
+
+/// A value as a data entry holds it.
+#[derive(Clone, Copy, Debug)]
+pub enum ValueRef<'a> {
+    /// Stored in the entry.
+    Inline(&'a [u8]),
+    /// Stored in blob pages starting at `page`, `len` bytes.
+    Blob { page: u64, len: u32 },
+}
+
+/// A decoded data entry borrowing the page.
+#[derive(Clone, Copy, Debug)]
+pub struct DataItem<'a> {
+    /// Entry kind.
+    pub kind: Kind,
+    /// Sequence number.
+    pub seq: u64,
+    /// User key.
+    pub key: &'a [u8],
+    /// The value or where it is.
+    pub value: ValueRef<'a>,
+}
+
+impl DataItem<'_> {
+    /// Length of the value in bytes.
+    pub fn value_len(&self) -> u64 {
+        match self.value {
+            ValueRef::Inline(v) => v.len() as u64,
+            ValueRef::Blob { len, .. } => u64::from(len),
+        }
+    }
+}
+
+fn decode_data<'b>(r: &mut Reader<'b>, page: u64, i: usize) -> Result<DataItem<'b>> {
+    let b = r.u8()?;
+    let kind = Kind::from_u8(b & !BLOB_FLAG)?;
+    let seq = r.varint()?;
+    let key = r.bytes()?;
+    let value = if b & BLOB_FLAG != 0 {
+        ValueRef::Blob {
+            page: r.u64()?,
+            len: r.u32()?,
+        }
+    } else {
+        ValueRef::Inline(r.bytes()?)
+    };
+    if !r.is_empty() {
+        return Err(corrupt(
+            page,
+            format!("{} stray bytes after entry {i}", r.remaining()),
+        ));
+    }
+    Ok(DataItem {
+        kind,
+        seq,
+        key,
+        value,
+    })
+}
+
+/// A parsed slotted page (data or index), shared through the cache.
+#[derive(Clone)]
+pub struct Node {
+    /// Page number.
+    pub page: u64,
+    buf: PageRef,
+    /// Tree level: 0 for data pages.
+    pub level: u8,
+    /// Number of items (at least one).
+    pub count: usize,
+}
+
+impl Node {
+    /// Parses and validates the header and offset array of a data (`level == 0`) or index
+    /// page at `level`.
+    pub fn parse(page: u64, buf: PageRef, level: u8) -> Result<Node> {
+        let want = if level == 0 { PAGE_DATA } else { PAGE_INDEX };
+        let h = header(page, &buf, want)?;
+        if h.level != level {
+            return Err(corrupt(
+                page,
+                format!("page at level {} where level {level} was expected", h.level),
+            ));
+        }
+        let count = h.count as usize;
+        if count == 0 {
+            return Err(corrupt(page, "page holds no entries"));
+        }
+        let base = HEADER_LEN + 2 * (count + 1);
+        if base > PAGE_BODY || buf.len() < PAGE_BODY {
+            return Err(corrupt(
+                page,
+                format!("offset array of {count} entries overflows the page"),
+            ));
+        }
+        let node = Node {
+            page,
+            buf,
+            level,
+            count,
+        };
+        let mut prev = base;
+        for i in 0..=count {
+            let off = node.offset(i);
+            if off < prev || off > PAGE_BODY {
+                return Err(corrupt(
+                    page,
+                    format!("entry offset {i} ({off}) out of order or out of the page"),
+                ));
+            }
+            prev = off;
+        }
+        Ok(node)
+    }
+
+    fn offset(&self, i: usize) -> usize {
+        let p = HEADER_LEN + 2 * i;
+        u16::from_le_bytes([self.buf[p], self.buf[p + 1]]) as usize
+    }
+
+    /// The bytes of item `i` (`i < count`).
+    fn item(&self, i: usize) -> Result<&[u8]> {
+        if i >= self.count {
+            return Err(corrupt(self.page, format!("entry {i} of {}", self.count)));
+        }
+        self.buf
+            .get(self.offset(i)..self.offset(i + 1))
+            .ok_or_else(|| corrupt(self.page, "entry out of the page"))
+    }
+
+    /// The key and seq of item `i` (data or index).
+    pub fn key_seq(&self, i: usize) -> Result<(&[u8], u64)> {
+        let mut r = Reader::new(self.item(i)?, "run page");
+        if self.level == 0 {
+            r.u8().map_err(|e| at_page(e, self.page))?;
+        }
+        let seq = r.varint().map_err(|e| at_page(e, self.page))?;
+        let key = r.bytes().map_err(|e| at_page(e, self.page))?;
+        Ok((key, seq))
+    }
+
+    /// Decodes data item `i`.
+    pub fn data(&self, i: usize) -> Result<DataItem<'_>> {
+        let page = self.page;
+        let mut r = Reader::new(self.item(i)?, "run data page");
+        decode_data(&mut r, page, i).map_err(|e| at_page(e, page))
+    }
+
+    /// Decodes index item `i`.
+    pub fn index(&self, i: usize) -> Result<IndexItem> {
+        let page = self.page;
+        let mut r = Reader::new(self.item(i)?, "run index page");
+        let inner = |r: &mut Reader<'_>| -> Result<IndexItem> {
+            let seq = r.varint()?;
+            let key = r.bytes()?.to_vec();
+            let child = r.u64()?;
+            let entries = r.varint()?;
+            let bytes = r.varint()?;
+            if !r.is_empty() {
+                return Err(corrupt(
+                    page,
+                    format!("{} stray bytes after index entry {i}", r.remaining()),
+                ));
+            }
+            Ok(IndexItem {
+                key,
+                seq,
+                child,
+                entries,
+                bytes,
+            })
+        };
+        inner(&mut r).map_err(|e| at_page(e, page))
+    }
+
+    /// The child page of index item `i`.
+    pub fn child(&self, i: usize) -> Result<u64> {
+        Ok(self.index(i)?.child)
+    }
+
+    /// Number of items whose (key, seq) orders before `(key, seq)`: the lower bound.
+    pub fn lower_bound(&self, key: &[u8], seq: u64) -> Result<usize> {
+        let (mut lo, mut hi) = (0, self.count);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (k, s) = self.key_seq(mid)?;
+            if cmp_entries(k, s, key, seq) == Ordering::Less {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// Number of items whose (key, seq) orders at or before `(key, seq)`.
+    pub fn upper_bound(&self, key: &[u8], seq: u64) -> Result<usize> {
+        let (mut lo, mut hi) = (0, self.count);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (k, s) = self.key_seq(mid)?;
+            if cmp_entries(k, s, key, seq) != Ordering::Greater {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+}

@@ -1,0 +1,265 @@
+//! Positioned descent through a run's tree, and the lazy range iterator built on it.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::format::Node;
+use super::Run;
+use crate::entry::{Entry, MAX_SEQ};
+use crate::error::Result;
+use crate::storage::Purpose;
+
+/// A position in the tree: one (node, item index) per level, root first, leaf last. The leaf
+/// index may equal the leaf's count (just past its last entry).
+#[derive(Clone, Default)]
+pub(crate) struct Cursor {
+    path: Vec<(Node, usize)>,
+}
+
+impl Cursor {
+    /// The leaf node and index, when the cursor is at an entry.
+    pub(crate) fn leaf(&self) -> Option<(&Node, usize)> {
+        self.path
+            .last()
+            .filter(|(n, i)| n.level == 0 && *i < n.count)
+            .map(|(n, i)| (n, *i))
+    }
+
+    /// Positions at the first entry at or after `(key, seq)` in entry order (or past the end of
+    /// the leaf where it would be).
+    pub(crate) fn seek(&mut self, run: &Run, key: &[u8], seq: u64, purpose: Purpose) -> Result<()> {
+        self.path.clear();
+        let Some(mut node) = run.root_node(purpose)? else {
+            return Ok(());
+        };
+        while node.level > 0 {
+            // Last child whose first entry is at or before the target (child 0 if none).
+            let i = node.upper_bound(key, seq)?.saturating_sub(1);
+            let child = run.child_node(&node, i, purpose)?;
+            self.path.push((node, i));
+            node = child;
+        }
+        let i = node.lower_bound(key, seq)?;
+        self.path.push((node, i));
+        Ok(())
+    }
+
+    /// Positions at the first entry of the run.
+    pub(crate) fn seek_first(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
+        self.path.clear();
+        if let Some(node) = run.root_node(purpose)? {
+            self.descend(run, node, false, purpose)?;
+        }
+        Ok(())
+    }
+
+    /// Positions just past the last entry of the run (in its last leaf).
+    pub(crate) fn seek_end(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
+        self.path.clear();
+        if let Some(node) = run.root_node(purpose)? {
+            self.descend(run, node, true, purpose)?;
+            if let Some((n, i)) = self.path.last_mut() {
+                *i = n.count;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes `node` and its leftmost (or rightmost) descendants down to a leaf.
+    fn descend(
+        &mut self,
+        run: &Run,
+        mut node: Node,
+        rightmost: bool,
+        purpose: Purpose,
+    ) -> Result<()> {
+        loop {
+            let i = if rightmost { node.count - 1 } else { 0 };
+            if node.level == 0 {
+                self.path.push((node, i));
+                return Ok(());
+            }
+            let child = run.child_node(&node, i, purpose)?;
+            self.path.push((node, i));
+            node = child;
+        }
+    }
+
+    /// Moves to the next entry; a leaf index past the end moves into the next leaf. Leaves the
+    /// cursor empty past the last entry.
+    pub(crate) fn next(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
+        if let Some((n, i)) = self.path.last_mut() {
+            if *i < n.count {
+                *i += 1;
+            }
+        }
+        self.normalize_forward(run, purpose)
+    }
+
+    /// When the leaf index is past the leaf's end, moves to the first entry of the next leaf.
+    pub(crate) fn normalize_forward(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
+        match self.path.last() {
+            Some((n, i)) if *i >= n.count => {}
+            _ => return Ok(()),
+        }
+        self.path.pop();
+        while let Some((n, i)) = self.path.last_mut() {
+            if *i + 1 < n.count {
+                *i += 1;
+                let child = run.child_node(n, *i, purpose)?;
+                return self.descend(run, child, false, purpose);
+            }
+            self.path.pop();
+        }
+        Ok(())
+    }
+
+    /// Moves to the previous entry; leaves the cursor empty before the first entry.
+    pub(crate) fn prev(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
+        match self.path.last_mut() {
+            Some((_, i)) if *i > 0 => {
+                *i -= 1;
+                return Ok(());
+            }
+            Some(_) => {}
+            None => return Ok(()),
+        }
+        self.path.pop();
+        while let Some((n, i)) = self.path.last_mut() {
+            if *i > 0 {
+                *i -= 1;
+                let child = run.child_node(n, *i, purpose)?;
+                return self.descend(run, child, true, purpose);
+            }
+            self.path.pop();
+        }
+        Ok(())
+    }
+}
+
+/// A key and the seq that orders first among that key's versions: seeking to it lands on the
+/// newest version of `key` (seqs are at most `MAX_SEQ`).
+const FIRST_SEQ: u64 = u64::MAX;
+const _: () = assert!(MAX_SEQ < FIRST_SEQ);
+
+/// The smallest key greater than `key`.
+fn successor(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.extend_from_slice(key);
+    k.push(0);
+    k
+}
+
+/// Iterator over a run's entries within key bounds, all versions, forward in entry order or
+/// exactly reversed. Reads pages lazily as it moves. After an error it yields nothing more.
+pub struct RunIter {
+    run: Arc<Run>,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    reverse: bool,
+    purpose: Purpose,
+    cursor: Cursor,
+    started: bool,
+    advance: bool,
+    done: bool,
+}
+
+impl RunIter {
+    pub(crate) fn new(
+        run: Arc<Run>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+        purpose: Purpose,
+    ) -> Self {
+        RunIter {
+            run,
+            lo,
+            hi,
+            reverse,
+            purpose,
+            cursor: Cursor::default(),
+            started: false,
+            advance: false,
+            done: false,
+        }
+    }
+
+    fn start(&mut self) -> Result<()> {
+        let (run, p) = (&*self.run, self.purpose);
+        if !self.reverse {
+            match &self.lo {
+                Bound::Unbounded => self.cursor.seek_first(run, p)?,
+                Bound::Included(k) => self.cursor.seek(run, k, FIRST_SEQ, p)?,
+                Bound::Excluded(k) => self.cursor.seek(run, &successor(k), FIRST_SEQ, p)?,
+            }
+            self.cursor.normalize_forward(run, p)
+        } else {
+            match &self.hi {
+                Bound::Unbounded => self.cursor.seek_end(run, p)?,
+                Bound::Excluded(k) => self.cursor.seek(run, k, FIRST_SEQ, p)?,
+                Bound::Included(k) => self.cursor.seek(run, &successor(k), FIRST_SEQ, p)?,
+            }
+            self.cursor.prev(run, p)
+        }
+    }
+
+    fn in_bounds(&self, key: &[u8]) -> bool {
+        if !self.reverse {
+            match &self.hi {
+                Bound::Unbounded => true,
+                Bound::Included(h) => key <= h.as_slice(),
+                Bound::Excluded(h) => key < h.as_slice(),
+            }
+        } else {
+            match &self.lo {
+                Bound::Unbounded => true,
+                Bound::Included(l) => key >= l.as_slice(),
+                Bound::Excluded(l) => key > l.as_slice(),
+            }
+        }
+    }
+
+    fn step(&mut self) -> Result<Option<Entry>> {
+        if !self.started {
+            self.started = true;
+            self.start()?;
+        } else if self.advance {
+            if self.reverse {
+                self.cursor.prev(&self.run, self.purpose)?;
+            } else {
+                self.cursor.next(&self.run, self.purpose)?;
+            }
+        }
+        self.advance = true;
+        let Some((node, i)) = self.cursor.leaf() else {
+            return Ok(None);
+        };
+        let item = node.data(i)?;
+        if !self.in_bounds(item.key) {
+            return Ok(None);
+        }
+        self.run.entry(node.page, &item, self.purpose).map(Some)
+    }
+}
+
+impl Iterator for RunIter {
+    type Item = Result<Entry>;
+
+    fn next(&mut self) -> Option<Result<Entry>> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(e)) => Some(Ok(e)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

@@ -1,0 +1,682 @@
+//! Immutable sorted runs: the static B+-trees every index kind is built of.
+//!
+//! A run is bulk-built bottom-up by a [`RunBuilder`] from entries in [`cmp_entries`] order
+//! (every version of a key is kept, newest first), written sequentially into extents of the
+//! data file, and then opened read-only as a [`Run`] shared by readers. Data pages hold the
+//! entries; index pages above them hold, per child, its first key and seq and the number of
+//! entries and user bytes beneath it (so runs can be split by rank or size without reading
+//! them); values too large to keep three entries a page go to blob pages; an optional bloom
+//! filter and a header page complete the run. The byte layout is in `docs/format-run.md`.
+//!
+//! [`cmp_entries`]: crate::entry::cmp_entries
+
+mod builder;
+mod format;
+mod iter;
+
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+use std::sync::Arc;
+
+pub use builder::RunBuilder;
+pub use iter::RunIter;
+
+use crate::entry::codec::{self, Reader};
+use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
+use crate::error::{Error, Result};
+use crate::filter::Bloom;
+use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_SIZE};
+use format::{
+    at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
+    PAGE_HEADER, PAYLOAD,
+};
+
+/// How a run is built.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOptions {
+    /// Bloom filter bits per distinct key; 0 builds no filter.
+    pub bloom_bits_per_key: u32,
+    /// What the run's writes are counted as (`Flush` or `Merge`).
+    pub purpose: Purpose,
+    /// Pages allocated (and written) per chunk while building, e.g. 64.
+    pub extent_pages: u64,
+}
+
+impl Default for RunOptions {
+    /// 10 bloom bits per key, counted as merge writes, 64-page (256 KiB) chunks.
+    fn default() -> Self {
+        RunOptions {
+            bloom_bits_per_key: 10,
+            purpose: Purpose::Merge,
+            extent_pages: 64,
+        }
+    }
+}
+
+/// What an index keeps (and persists through the manifest) to find and open a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunMeta {
+    /// Every extent holding the run's pages (data, blob, index, filter, header).
+    pub extents: Vec<Extent>,
+    /// The run header page.
+    pub root_page: u64,
+    /// Levels of the tree: 0 for an empty run, 1 when a single data page is the root.
+    pub height: u32,
+    /// Entries (all versions).
+    pub entries: u64,
+    /// Sum of key and value lengths over all entries.
+    pub user_bytes: u64,
+    /// Data (leaf) pages.
+    pub data_pages: u64,
+    /// Smallest key (empty for an empty run).
+    pub min_key: Vec<u8>,
+    /// Largest key (empty for an empty run).
+    pub max_key: Vec<u8>,
+    /// Smallest sequence number (0 for an empty run).
+    pub min_seq: u64,
+    /// Largest sequence number (0 for an empty run).
+    pub max_seq: u64,
+    /// First filter page (0 when there is no filter).
+    pub filter_page: u64,
+    /// Filter pages, contiguous from `filter_page` (0 when there is no filter).
+    pub filter_pages: u64,
+}
+
+/// Version byte of the encoded [`RunMeta`].
+const META_VERSION: u8 = 1;
+
+impl RunMeta {
+    /// Appends the metadata's encoding (for the manifest; layout in `docs/format-run.md`).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(META_VERSION);
+        codec::put_varint(out, self.extents.len() as u64);
+        for e in &self.extents {
+            codec::put_varint(out, e.start);
+            codec::put_varint(out, e.pages);
+        }
+        for v in [
+            self.root_page,
+            u64::from(self.height),
+            self.entries,
+            self.user_bytes,
+            self.data_pages,
+        ] {
+            codec::put_varint(out, v);
+        }
+        codec::put_bytes(out, &self.min_key);
+        codec::put_bytes(out, &self.max_key);
+        for v in [
+            self.min_seq,
+            self.max_seq,
+            self.filter_page,
+            self.filter_pages,
+        ] {
+            codec::put_varint(out, v);
+        }
+    }
+
+    /// Decodes metadata written by [`RunMeta::encode`].
+    pub fn decode(r: &mut Reader) -> Result<RunMeta> {
+        let version = r.u8()?;
+        if version != META_VERSION {
+            return Err(Error::corruption(
+                "run metadata",
+                None,
+                format!("unknown version {version}"),
+            ));
+        }
+        let n = r.varint()?;
+        if n > (r.remaining() / 2) as u64 {
+            return Err(Error::corruption(
+                "run metadata",
+                None,
+                format!("{n} extents in {} bytes", r.remaining()),
+            ));
+        }
+        let mut extents = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            extents.push(Extent {
+                start: r.varint()?,
+                pages: r.varint()?,
+            });
+        }
+        let root_page = r.varint()?;
+        let height = u32::try_from(r.varint()?)
+            .map_err(|_| Error::corruption("run metadata", None, "height out of range"))?;
+        let entries = r.varint()?;
+        let user_bytes = r.varint()?;
+        let data_pages = r.varint()?;
+        let min_key = r.bytes()?.to_vec();
+        let max_key = r.bytes()?.to_vec();
+        Ok(RunMeta {
+            extents,
+            root_page,
+            height,
+            entries,
+            user_bytes,
+            data_pages,
+            min_key,
+            max_key,
+            min_seq: r.varint()?,
+            max_seq: r.varint()?,
+            filter_page: r.varint()?,
+            filter_pages: r.varint()?,
+        })
+    }
+
+    /// Pages the run occupies (the sum over its extents).
+    pub fn pages(&self) -> u64 {
+        self.extents.iter().map(|e| e.pages).sum()
+    }
+}
+
+/// The fields of a run header page.
+#[derive(Debug, PartialEq, Eq)]
+struct HeaderFields {
+    height: u32,
+    tree_root: u64,
+    entries: u64,
+    user_bytes: u64,
+    data_pages: u64,
+    min_seq: u64,
+    max_seq: u64,
+    filter_page: u64,
+    filter_pages: u64,
+    min_key: Vec<u8>,
+    max_key: Vec<u8>,
+}
+
+fn decode_header(page: u64, buf: &[u8]) -> Result<HeaderFields> {
+    let h = header(page, buf, PAGE_HEADER)?;
+    let body = buf
+        .get(HEADER_LEN..HEADER_LEN + h.aux as usize)
+        .ok_or_else(|| {
+            corrupt(
+                page,
+                format!("run header of {} bytes overflows the page", h.aux),
+            )
+        })?;
+    let mut r = Reader::new(body, "run header");
+    let inner = |r: &mut Reader| -> Result<HeaderFields> {
+        if r.take(8)? != format::MAGIC {
+            return Err(corrupt(page, "bad run header magic"));
+        }
+        let major = r.u16()?;
+        let _minor = r.u16()?;
+        if major != format::FORMAT_MAJOR {
+            return Err(Error::UnsupportedFormat {
+                found_major: major,
+                supported_major: format::FORMAT_MAJOR,
+            });
+        }
+        Ok(HeaderFields {
+            height: r.u32()?,
+            tree_root: r.u64()?,
+            entries: r.u64()?,
+            user_bytes: r.u64()?,
+            data_pages: r.u64()?,
+            min_seq: r.u64()?,
+            max_seq: r.u64()?,
+            filter_page: r.u64()?,
+            filter_pages: r.u64()?,
+            min_key: r.bytes()?.to_vec(),
+            max_key: r.bytes()?.to_vec(),
+        })
+    };
+    inner(&mut r).map_err(|e| at_page(e, page))
+}
+
+/// An open run: read-only, `Send + Sync`, shared as `Arc<Run>`.
+pub struct Run {
+    store: Arc<PageFile>,
+    meta: RunMeta,
+    tree_root: u64,
+    filter: Option<Bloom>,
+    /// `meta.extents` sorted by start, for checking that page references stay inside the run.
+    sorted: Vec<Extent>,
+}
+
+impl Run {
+    /// Opens a run from its metadata: reads the header page (checked against `meta`) and the
+    /// bloom filter into memory.
+    pub fn open(store: Arc<PageFile>, meta: RunMeta) -> Result<Run> {
+        let mut run = Run::assemble(store, meta, format::NO_ROOT, None);
+        let page = run.meta.root_page;
+        if !run.owns(page, 1) {
+            return Err(corrupt(
+                page,
+                "run header page lies outside the run's extents",
+            ));
+        }
+        let buf = run.store.read_uncached(page, Purpose::UserRead)?;
+        let h = decode_header(page, &buf)?;
+        let m = &run.meta;
+        let expect = HeaderFields {
+            height: m.height,
+            tree_root: h.tree_root,
+            entries: m.entries,
+            user_bytes: m.user_bytes,
+            data_pages: m.data_pages,
+            min_seq: m.min_seq,
+            max_seq: m.max_seq,
+            filter_page: m.filter_page,
+            filter_pages: m.filter_pages,
+            min_key: m.min_key.clone(),
+            max_key: m.max_key.clone(),
+        };
+        if h != expect {
+            return Err(corrupt(
+                page,
+                "run header does not match the run's metadata",
+            ));
+        }
+        if h.height > 0 && !run.owns(h.tree_root, 1) {
+            return Err(corrupt(
+                page,
+                format!("tree root {} lies outside the run's extents", h.tree_root),
+            ));
+        }
+        if h.height > u32::from(u8::MAX) {
+            return Err(corrupt(
+                page,
+                format!("tree height {} is impossible", h.height),
+            ));
+        }
+        run.tree_root = h.tree_root;
+        run.filter = run.read_filter(Purpose::UserRead)?;
+        Ok(run)
+    }
+
+    /// Finishes `builder` and opens the result without reading back what the builder still
+    /// has in memory (tree root, filter). `store` must be the store the builder writes to.
+    pub fn from_builder(builder: RunBuilder<'_>, store: Arc<PageFile>) -> Result<Run> {
+        let (meta, tree_root, filter) = builder.finish_parts()?;
+        let filter = filter.map(Bloom::from_bytes).transpose()?;
+        Ok(Run::assemble(store, meta, tree_root, filter))
+    }
+
+    fn assemble(store: Arc<PageFile>, meta: RunMeta, tree_root: u64, filter: Option<Bloom>) -> Run {
+        let mut sorted = meta.extents.clone();
+        sorted.sort();
+        Run {
+            store,
+            meta,
+            tree_root,
+            filter,
+            sorted,
+        }
+    }
+
+    fn read_filter(&self, purpose: Purpose) -> Result<Option<Bloom>> {
+        let (first, n) = (self.meta.filter_page, self.meta.filter_pages);
+        if n == 0 {
+            return Ok(None);
+        }
+        if !self.owns(first, n) {
+            return Err(corrupt(
+                first,
+                format!("{n} filter pages lie outside the run's extents"),
+            ));
+        }
+        let buf = self.store.read_many(first, n as usize, purpose)?;
+        let mut bytes = Vec::with_capacity(n as usize * PAYLOAD);
+        for (i, p) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+            let page = first + i as u64;
+            let h = header(page, p, PAGE_FILTER)?;
+            let part = p
+                .get(HEADER_LEN..HEADER_LEN + h.aux as usize)
+                .filter(|_| h.aux as usize <= PAYLOAD)
+                .ok_or_else(|| corrupt(page, format!("filter page claims {} bytes", h.aux)))?;
+            bytes.extend_from_slice(part);
+        }
+        Bloom::from_bytes(bytes)
+            .map(Some)
+            .map_err(|e| at_page(e, first))
+    }
+
+    /// Whether pages `start..start + n` lie inside one of the run's extents.
+    fn owns(&self, start: u64, n: u64) -> bool {
+        let i = self.sorted.partition_point(|e| e.start <= start);
+        i > 0
+            && start
+                .checked_add(n)
+                .is_some_and(|end| end <= self.sorted[i - 1].end())
+    }
+
+    /// The run's metadata.
+    pub fn meta(&self) -> &RunMeta {
+        &self.meta
+    }
+
+    /// The extents holding the run's pages.
+    pub fn extents(&self) -> &[Extent] {
+        &self.meta.extents
+    }
+
+    /// The bloom filter check: `false` means no version of `key` is in the run. Always `true`
+    /// for a run built without a filter.
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.may_contain(key))
+    }
+
+    fn load(&self, page: u64, level: u8, purpose: Purpose) -> Result<Node> {
+        let buf = if purpose == Purpose::UserRead {
+            self.store.read(page, purpose)?
+        } else {
+            Arc::new(self.store.read_uncached(page, purpose)?)
+        };
+        Node::parse(page, buf, level)
+    }
+
+    pub(crate) fn root_node(&self, purpose: Purpose) -> Result<Option<Node>> {
+        if self.meta.height == 0 {
+            return Ok(None);
+        }
+        self.load(self.tree_root, (self.meta.height - 1) as u8, purpose)
+            .map(Some)
+    }
+
+    pub(crate) fn child_node(&self, node: &Node, i: usize, purpose: Purpose) -> Result<Node> {
+        let child = node.child(i)?;
+        if !self.owns(child, 1) {
+            return Err(corrupt(
+                node.page,
+                format!("child page {child} lies outside the run's extents"),
+            ));
+        }
+        self.load(child, node.level - 1, purpose)
+    }
+
+    /// Materializes a data item read from `page`, fetching a blob value.
+    pub(crate) fn entry(&self, page: u64, item: &DataItem<'_>, purpose: Purpose) -> Result<Entry> {
+        let value: Arc<[u8]> = match item.value {
+            ValueRef::Inline(v) => Arc::from(v),
+            ValueRef::Blob { page: blob, len } => {
+                Arc::from(self.read_blob(page, blob, len, purpose)?)
+            }
+        };
+        Ok(Entry {
+            key: Arc::from(item.key),
+            seq: item.seq,
+            kind: item.kind,
+            value,
+        })
+    }
+
+    fn read_blob(&self, from: u64, first: u64, len: u32, purpose: Purpose) -> Result<Vec<u8>> {
+        let len = len as usize;
+        if len > MAX_VALUE_LEN {
+            return Err(corrupt(
+                from,
+                format!("blob value of {len} bytes exceeds the value limit"),
+            ));
+        }
+        let n = len.div_ceil(PAYLOAD).max(1);
+        if !self.owns(first, n as u64) {
+            return Err(corrupt(
+                from,
+                format!("blob pages {first}+{n} lie outside the run's extents"),
+            ));
+        }
+        let buf: AlignedBuf = self.store.read_many(first, n, purpose)?;
+        let mut out = Vec::with_capacity(len);
+        for (i, p) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+            let page = first + i as u64;
+            let h = header(page, p, PAGE_BLOB)?;
+            let want = (len - i * PAYLOAD).min(PAYLOAD);
+            if h.aux as usize != want {
+                return Err(corrupt(
+                    page,
+                    format!("blob page holds {} bytes, {want} expected", h.aux),
+                ));
+            }
+            out.extend_from_slice(&p[HEADER_LEN..HEADER_LEN + want]);
+        }
+        Ok(out)
+    }
+
+    /// Appends the versions of `key` with seq <= `max_seq` to `out`, newest first, stopping
+    /// after the first Put or Delete (it hides older versions) and continuing through Merge
+    /// entries. Checks the bloom filter first; reads count as `Purpose::UserRead`.
+    pub fn get(&self, key: &[u8], max_seq: u64, out: &mut Vec<Entry>) -> Result<()> {
+        if self.meta.height == 0
+            || key < self.meta.min_key.as_slice()
+            || key > self.meta.max_key.as_slice()
+            || !self.may_contain(key)
+        {
+            return Ok(());
+        }
+        let p = Purpose::UserRead;
+        let mut c = iter::Cursor::default();
+        c.seek(self, key, max_seq, p)?;
+        c.normalize_forward(self, p)?;
+        while let Some((node, i)) = c.leaf() {
+            let item = node.data(i)?;
+            if item.key != key {
+                break;
+            }
+            let e = self.entry(node.page, &item, p)?;
+            let stop = e.kind != Kind::Merge;
+            out.push(e);
+            if stop {
+                break;
+            }
+            c.next(self, p)?;
+        }
+        Ok(())
+    }
+
+    /// An iterator over the entries with key in (`lo`, `hi`), all versions, in entry order or
+    /// (`reverse`) exactly reversed: key descending, seq ascending. Lazy: pages are read as it
+    /// goes, through the cache when `purpose` is `UserRead`, bypassing it otherwise.
+    pub fn iter(
+        self: &Arc<Self>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+        purpose: Purpose,
+    ) -> RunIter {
+        RunIter::new(self.clone(), lo, hi, reverse, purpose)
+    }
+
+    /// The number of entries with key < `key`, from the subtree counts of one root-to-leaf
+    /// descent (exact for a well-formed run).
+    pub fn rank(&self, key: &[u8]) -> Result<u64> {
+        let p = Purpose::UserRead;
+        let Some(mut node) = self.root_node(p)? else {
+            return Ok(0);
+        };
+        let mut rank = 0u64;
+        while node.level > 0 {
+            let i = node.lower_bound(key, u64::MAX)?.saturating_sub(1);
+            for j in 0..i {
+                rank = rank.saturating_add(node.index(j)?.entries);
+            }
+            node = self.child_node(&node, i, p)?;
+        }
+        Ok(rank.saturating_add(node.lower_bound(key, u64::MAX)? as u64))
+    }
+
+    /// Reads every page of the run and verifies it: checksums, page types and levels, entry
+    /// order within and across pages, index separators and subtree counts, blob values, the
+    /// filter (no false negatives) and the header and metadata totals. Returns the number of
+    /// entries. Reads bypass the cache and count as `Purpose::Merge` (maintenance).
+    pub fn check(&self) -> Result<u64> {
+        let p = Purpose::Merge;
+        for e in &self.meta.extents {
+            let mut start = e.start;
+            while start < e.end() {
+                let n = (e.end() - start).min(64);
+                self.store.read_many(start, n as usize, p)?;
+                start += n;
+            }
+        }
+        let header_page = self.meta.root_page;
+        let buf = self.store.read_uncached(header_page, p)?;
+        let h = decode_header(header_page, &buf)?;
+        if h.tree_root != self.tree_root
+            || h.height != self.meta.height
+            || h.entries != self.meta.entries
+        {
+            return Err(corrupt(
+                header_page,
+                "run header changed since the run was opened",
+            ));
+        }
+        let mut st = CheckState::default();
+        if let Some(root) = self.root_node(Purpose::Merge)? {
+            let got = self.check_node(&root, &mut st)?;
+            if got.0 != st.entries {
+                return Err(corrupt(
+                    root.page,
+                    "subtree counts disagree with the entries found",
+                ));
+            }
+        }
+        let m = &self.meta;
+        let mismatch = |what: &str, got: String, want: String| {
+            Err(corrupt(
+                header_page,
+                format!("run holds {what} {got} but its metadata says {want}"),
+            ))
+        };
+        if st.entries != m.entries {
+            return mismatch("entries", st.entries.to_string(), m.entries.to_string());
+        }
+        if st.bytes != m.user_bytes {
+            return mismatch("user bytes", st.bytes.to_string(), m.user_bytes.to_string());
+        }
+        if st.data_pages != m.data_pages {
+            return mismatch(
+                "data pages",
+                st.data_pages.to_string(),
+                m.data_pages.to_string(),
+            );
+        }
+        if st.entries > 0 {
+            let first = st.first_key.clone().unwrap_or_default();
+            let last = st.last.as_ref().map(|(k, _)| k.clone()).unwrap_or_default();
+            if first != m.min_key || last != m.max_key {
+                return mismatch(
+                    "key range",
+                    format!("{first:?}..{last:?}"),
+                    format!("{:?}..{:?}", m.min_key, m.max_key),
+                );
+            }
+            if st.min_seq != m.min_seq || st.max_seq != m.max_seq {
+                return mismatch(
+                    "seq range",
+                    format!("{}..{}", st.min_seq, st.max_seq),
+                    format!("{}..{}", m.min_seq, m.max_seq),
+                );
+            }
+        }
+        Ok(st.entries)
+    }
+
+    /// Checks one subtree; returns its entries, user bytes, and first entry's key and seq.
+    fn check_node(&self, node: &Node, st: &mut CheckState) -> Result<(u64, u64, Vec<u8>, u64)> {
+        if node.level == 0 {
+            st.data_pages += 1;
+            let mut bytes = 0u64;
+            for i in 0..node.count {
+                let item = node.data(i)?;
+                if let Some((k, s)) = &st.last {
+                    if cmp_entries(k, *s, item.key, item.seq) != Ordering::Less {
+                        return Err(corrupt(node.page, format!("entry {i} is out of order")));
+                    }
+                }
+                let new_key = st
+                    .last
+                    .as_ref()
+                    .is_none_or(|(k, _)| k.as_slice() != item.key);
+                if new_key && !self.may_contain(item.key) {
+                    return Err(corrupt(
+                        node.page,
+                        format!("filter misses the key of entry {i}"),
+                    ));
+                }
+                if st.first_key.is_none() {
+                    st.first_key = Some(item.key.to_vec());
+                }
+                if let ValueRef::Blob { page, len } = item.value {
+                    self.read_blob(node.page, page, len, Purpose::Merge)?;
+                }
+                bytes += item.key.len() as u64 + item.value_len();
+                st.entries += 1;
+                st.min_seq = st.min_seq.min(item.seq);
+                st.max_seq = st.max_seq.max(item.seq);
+                st.last = Some((item.key.to_vec(), item.seq));
+            }
+            st.bytes += bytes;
+            let (k, s) = node.key_seq(0)?;
+            return Ok((node.count as u64, bytes, k.to_vec(), s));
+        }
+        let (mut entries, mut bytes) = (0u64, 0u64);
+        let mut first = None;
+        for i in 0..node.count {
+            let item = node.index(i)?;
+            if let Some((k, s)) = &st.last {
+                if cmp_entries(k, *s, &item.key, item.seq) != Ordering::Less {
+                    return Err(corrupt(
+                        node.page,
+                        format!("separator {i} does not order after the entries before it"),
+                    ));
+                }
+            }
+            let child = self.child_node(node, i, Purpose::Merge)?;
+            let (ce, cb, ck, cs) = self.check_node(&child, st)?;
+            if ce != item.entries || cb != item.bytes {
+                return Err(corrupt(
+                    node.page,
+                    format!(
+                        "index entry {i} records {} entries / {} bytes, child {} holds {ce} / {cb}",
+                        item.entries, item.bytes, child.page
+                    ),
+                ));
+            }
+            if cmp_entries(&item.key, item.seq, &ck, cs) == Ordering::Greater {
+                return Err(corrupt(
+                    node.page,
+                    format!(
+                        "separator {i} orders after the first entry of page {}",
+                        child.page
+                    ),
+                ));
+            }
+            entries += ce;
+            bytes += cb;
+            first.get_or_insert((ck, cs));
+        }
+        let (k, s) = first.ok_or_else(|| corrupt(node.page, "index page without children"))?;
+        Ok((entries, bytes, k, s))
+    }
+}
+
+/// What [`Run::check`] accumulates while walking the leaves in order.
+struct CheckState {
+    entries: u64,
+    bytes: u64,
+    data_pages: u64,
+    first_key: Option<Vec<u8>>,
+    last: Option<(Vec<u8>, u64)>,
+    min_seq: u64,
+    max_seq: u64,
+}
+
+impl Default for CheckState {
+    fn default() -> Self {
+        CheckState {
+            entries: 0,
+            bytes: 0,
+            data_pages: 0,
+            first_key: None,
+            last: None,
+            min_seq: u64::MAX,
+            max_seq: 0,
+        }
+    }
+}

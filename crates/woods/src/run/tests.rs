@@ -1,0 +1,517 @@
+//! Round trips against a sorted model, corruption, and allocator accounting.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::format::Node;
+use super::iter::Cursor;
+use super::*;
+use crate::cache::Cache;
+use crate::entry::codec::Reader;
+use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PAGE_BODY};
+
+const DATA: &str = "/db/data";
+
+fn seed() -> u64 {
+    let s = std::env::var("WOODS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    println!("WOODS_SEED={s}");
+    s
+}
+
+fn store() -> (FaultFs, Arc<PageFile>) {
+    let fs = FaultFs::new();
+    fs.create_dir_all(Path::new("/db")).unwrap();
+    let file = fs
+        .open(
+            Path::new(DATA),
+            OpenMode {
+                create: true,
+                direct: false,
+            },
+        )
+        .unwrap();
+    let pf = PageFile::new(
+        file,
+        Cache::new(1 << 20),
+        Allocator::new(1),
+        Arc::new(IoCounters::default()),
+    );
+    (fs, Arc::new(pf))
+}
+
+fn opts() -> RunOptions {
+    RunOptions {
+        bloom_bits_per_key: 10,
+        purpose: Purpose::Flush,
+        extent_pages: 64,
+    }
+}
+
+/// A sorted model: random keys with several versions, merges, deletes, big values.
+fn model(rng: &mut SmallRng, n: usize) -> Vec<Entry> {
+    let mut out: Vec<Entry> = Vec::with_capacity(n);
+    let mut seen = BTreeSet::new();
+    let mut big = n >= 1000;
+    while out.len() < n {
+        let klen = if rng.gen_ratio(1, 200) {
+            MAX_KEY
+        } else {
+            rng.gen_range(1..=64)
+        };
+        // Small alphabet so that keys share prefixes and collide.
+        let key: Vec<u8> = (0..klen).map(|_| rng.gen_range(b'a'..=b'h')).collect();
+        let versions = rng.gen_range(1..=4).min(n - out.len());
+        for _ in 0..versions {
+            let seq = rng.gen_range(1..1_000_000_000u64);
+            if !seen.insert((key.clone(), seq)) {
+                continue;
+            }
+            let kind = match rng.gen_range(0..10) {
+                0..=5 => Kind::Put,
+                6..=7 => Kind::Merge,
+                _ => Kind::Delete,
+            };
+            let vlen = if kind == Kind::Delete {
+                0
+            } else if big {
+                big = false;
+                MAX_VALUE_LEN
+            } else if rng.gen_ratio(1, 100) {
+                5 * 1024
+            } else {
+                rng.gen_range(0..=300)
+            };
+            let value: Vec<u8> = (0..vlen).map(|_| rng.gen()).collect();
+            out.push(Entry::new(&key, seq, kind, &value));
+        }
+    }
+    out.sort_by(|a, b| cmp_entries(&a.key, a.seq, &b.key, b.seq));
+    out
+}
+
+const MAX_KEY: usize = crate::MAX_KEY_LEN;
+
+fn build(pf: &Arc<PageFile>, entries: &[Entry], o: RunOptions) -> Arc<Run> {
+    let mut b = RunBuilder::new(pf, o);
+    for e in entries {
+        b.add(e).unwrap();
+    }
+    assert_eq!(b.entries(), entries.len() as u64);
+    let meta = b.finish().unwrap();
+    assert_eq!(meta.entries, entries.len() as u64);
+    let mut buf = Vec::new();
+    meta.encode(&mut buf);
+    let mut r = Reader::new(&buf, "test");
+    assert_eq!(RunMeta::decode(&mut r).unwrap(), meta);
+    assert!(r.is_empty());
+    Arc::new(Run::open(pf.clone(), meta).unwrap())
+}
+
+fn model_get(m: &[Entry], key: &[u8], max_seq: u64) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for e in m.iter().filter(|e| &*e.key == key && e.seq <= max_seq) {
+        out.push(e.clone());
+        if e.kind != Kind::Merge {
+            break;
+        }
+    }
+    out
+}
+
+fn in_range(k: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    let above = match lo {
+        Bound::Unbounded => true,
+        Bound::Included(l) => k >= l.as_slice(),
+        Bound::Excluded(l) => k > l.as_slice(),
+    };
+    let below = match hi {
+        Bound::Unbounded => true,
+        Bound::Included(h) => k <= h.as_slice(),
+        Bound::Excluded(h) => k < h.as_slice(),
+    };
+    above && below
+}
+
+fn collect(it: RunIter) -> Vec<Entry> {
+    it.map(|e| e.unwrap()).collect()
+}
+
+fn random_bound(rng: &mut SmallRng, m: &[Entry]) -> Bound<Vec<u8>> {
+    let key = if !m.is_empty() && rng.gen_bool(0.5) {
+        m[rng.gen_range(0..m.len())].key.to_vec()
+    } else {
+        (0..rng.gen_range(1..8))
+            .map(|_| rng.gen_range(b'a'..=b'h'))
+            .collect()
+    };
+    match rng.gen_range(0..3) {
+        0 => Bound::Unbounded,
+        1 => Bound::Included(key),
+        _ => Bound::Excluded(key),
+    }
+}
+
+fn verify(run: &Arc<Run>, m: &[Entry], rng: &mut SmallRng, ranges: usize) {
+    assert_eq!(run.check().unwrap(), m.len() as u64);
+    // Full scans, both directions.
+    let all = collect(run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge));
+    assert!(all == m, "forward scan differs from the model");
+    let mut rev = collect(run.iter(Bound::Unbounded, Bound::Unbounded, true, Purpose::UserRead));
+    rev.reverse();
+    assert!(rev == m, "reverse scan differs from the model");
+    // Ranges with every bound kind.
+    for _ in 0..ranges {
+        let lo = random_bound(rng, m);
+        let hi = random_bound(rng, m);
+        let want: Vec<Entry> = m
+            .iter()
+            .filter(|e| in_range(&e.key, &lo, &hi))
+            .cloned()
+            .collect();
+        let got = collect(run.iter(lo.clone(), hi.clone(), false, Purpose::UserRead));
+        assert!(
+            got == want,
+            "forward range {lo:?}..{hi:?}: {} entries, model {}",
+            got.len(),
+            want.len()
+        );
+        let mut got = collect(run.iter(lo.clone(), hi.clone(), true, Purpose::UserRead));
+        got.reverse();
+        assert!(
+            got == want,
+            "reverse range {lo:?}..{hi:?}: {} entries, model {}",
+            got.len(),
+            want.len()
+        );
+    }
+    // Point reads of present and absent keys at various snapshots.
+    for _ in 0..ranges * 20 {
+        let key: Vec<u8> = if !m.is_empty() && rng.gen_bool(0.7) {
+            m[rng.gen_range(0..m.len())].key.to_vec()
+        } else {
+            (0..rng.gen_range(1..10))
+                .map(|_| rng.gen_range(b'a'..=b'i'))
+                .collect()
+        };
+        for max_seq in [u64::MAX, rng.gen_range(0..1_000_000_000), 0] {
+            let mut got = Vec::new();
+            run.get(&key, max_seq, &mut got).unwrap();
+            assert!(
+                got == model_get(m, &key, max_seq),
+                "get {key:?} at {max_seq}"
+            );
+        }
+        let rank = m.partition_point(|e| *e.key < *key.as_slice()) as u64;
+        assert_eq!(run.rank(&key).unwrap(), rank, "rank of {key:?}");
+    }
+}
+
+#[test]
+fn empty_run_round_trip() {
+    let (_fs, pf) = store();
+    let run = build(&pf, &[], opts());
+    assert_eq!(run.meta().height, 0);
+    assert_eq!(run.meta().pages(), 1);
+    let mut rng = SmallRng::seed_from_u64(seed());
+    verify(&run, &[], &mut rng, 5);
+    for e in run.extents().to_vec() {
+        pf.alloc().release(e);
+    }
+    assert_eq!(pf.alloc().free_pages(), pf.alloc().end() - 1);
+}
+
+#[test]
+fn single_entry_round_trip() {
+    let (_fs, pf) = store();
+    let m = vec![Entry::new(b"k", 7, Kind::Put, b"v")];
+    let run = build(&pf, &m, opts());
+    assert_eq!(run.meta().height, 1);
+    let mut rng = SmallRng::seed_from_u64(seed());
+    verify(&run, &m, &mut rng, 5);
+    let mut out = Vec::new();
+    run.get(b"k", 6, &mut out).unwrap();
+    assert!(out.is_empty());
+    run.get(b"k", 7, &mut out).unwrap();
+    assert_eq!(out, m);
+}
+
+#[test]
+fn large_round_trip_and_allocator() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 50_000);
+    let run = build(&pf, &m, opts());
+    let meta = run.meta().clone();
+    println!(
+        "height {} data pages {} pages {} extents {}",
+        meta.height,
+        meta.data_pages,
+        meta.pages(),
+        meta.extents.len()
+    );
+    assert!(meta.height >= 3);
+    assert_eq!(
+        meta.user_bytes,
+        m.iter().map(|e| e.user_bytes() as u64).sum::<u64>()
+    );
+    assert!(m.iter().all(|e| run.may_contain(&e.key)));
+    verify(&run, &m, &mut rng, 40);
+    // Reopen without the builder's in-memory state and read again.
+    let again = Arc::new(Run::open(pf.clone(), meta.clone()).unwrap());
+    verify(&again, &m, &mut rng, 5);
+    drop((run, again));
+    for e in &meta.extents {
+        pf.alloc().release(*e);
+    }
+    assert_eq!(pf.alloc().free_pages(), pf.alloc().end() - 1);
+}
+
+#[test]
+fn from_builder_matches_open() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 3000);
+    let mut b = RunBuilder::new(
+        &pf,
+        RunOptions {
+            extent_pages: 4,
+            ..opts()
+        },
+    );
+    for e in &m {
+        b.add(e).unwrap();
+    }
+    let run = Arc::new(Run::from_builder(b, pf.clone()).unwrap());
+    verify(&run, &m, &mut rng, 10);
+    let reopened = Arc::new(Run::open(pf.clone(), run.meta().clone()).unwrap());
+    verify(&reopened, &m, &mut rng, 3);
+}
+
+#[test]
+fn no_filter_and_tiny_chunks() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 5000);
+    let run = build(
+        &pf,
+        &m,
+        RunOptions {
+            bloom_bits_per_key: 0,
+            purpose: Purpose::Merge,
+            extent_pages: 1,
+        },
+    );
+    assert_eq!(run.meta().filter_pages, 0);
+    assert!(run.may_contain(b"anything"));
+    verify(&run, &m, &mut rng, 10);
+    let written = pf.counters().snapshot().written(Purpose::Merge);
+    assert_eq!(written, run.meta().pages() * PAGE_SIZE as u64);
+}
+
+#[test]
+fn abandon_and_drop_release_everything() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 5000);
+    let keep = build(&pf, &m[..100], opts());
+    let base_free = pf.alloc().free_pages();
+    let mut b = RunBuilder::new(&pf, opts());
+    for e in &m {
+        b.add(e).unwrap();
+    }
+    assert!(b.bytes_so_far() > 64 * PAGE_SIZE as u64);
+    b.abandon();
+    let mut b = RunBuilder::new(&pf, opts());
+    for e in &m[..2000] {
+        b.add(e).unwrap();
+    }
+    drop(b);
+    assert_eq!(
+        pf.alloc().free_pages(),
+        pf.alloc().end() - 1 - keep.meta().pages()
+    );
+    assert!(pf.alloc().free_pages() >= base_free);
+    for e in keep.extents() {
+        pf.alloc().release(*e);
+    }
+    assert_eq!(pf.alloc().free_pages(), pf.alloc().end() - 1);
+}
+
+#[test]
+fn out_of_order_is_rejected() {
+    let (_fs, pf) = store();
+    let mut b = RunBuilder::new(&pf, opts());
+    b.add(&Entry::new(b"b", 5, Kind::Put, b"")).unwrap();
+    assert!(matches!(
+        b.add(&Entry::new(b"", 1, Kind::Put, b"")),
+        Err(Error::InvalidKey { .. })
+    ));
+    let big = vec![0u8; MAX_VALUE_LEN + 1];
+    assert!(matches!(
+        b.add(&Entry::new(b"c", 1, Kind::Put, &big)),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    if !cfg!(debug_assertions) {
+        assert!(matches!(
+            b.add(&Entry::new(b"a", 1, Kind::Put, b"")),
+            Err(Error::InvalidOption(_))
+        ));
+        assert!(matches!(
+            b.add(&Entry::new(b"b", 5, Kind::Put, b"")),
+            Err(Error::InvalidOption(_))
+        ));
+        assert!(matches!(
+            b.add(&Entry::new(b"b", 6, Kind::Put, b"")),
+            Err(Error::InvalidOption(_))
+        ));
+    }
+    b.add(&Entry::new(b"b", 4, Kind::Put, b"")).unwrap();
+    assert_eq!(b.finish().unwrap().entries, 2);
+}
+
+/// The data page holding the newest version of `key`.
+fn leaf_of(run: &Run, key: &[u8]) -> u64 {
+    let mut c = Cursor::default();
+    c.seek(run, key, u64::MAX, Purpose::Merge).unwrap();
+    c.leaf().map(|(n, _): (&Node, usize)| n.page).unwrap()
+}
+
+fn corruption_page(e: Error) -> Option<u64> {
+    match e {
+        Error::Corruption { page, .. } => page,
+        other => panic!("expected corruption, got {other}"),
+    }
+}
+
+#[test]
+fn flipped_byte_is_corruption_naming_the_page() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (fs, pf) = store();
+    let m = model(&mut rng, 4000);
+    let run = build(&pf, &m, opts());
+    let key = m[m.len() / 2].key.to_vec();
+    let page = leaf_of(&Run::open(pf.clone(), run.meta().clone()).unwrap(), &key);
+    // leaf_of read it uncached, so no good copy is in the cache.
+    assert!(fs.flip_byte(
+        Path::new(DATA),
+        page * PAGE_SIZE as u64 + rng.gen_range(0..PAGE_BODY as u64)
+    ));
+    let mut out = Vec::new();
+    assert_eq!(
+        corruption_page(run.get(&key, u64::MAX, &mut out).unwrap_err()),
+        Some(page)
+    );
+    let errs: Vec<Error> = run
+        .iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::UserRead)
+        .filter_map(|r| r.err())
+        .collect();
+    assert_eq!(errs.len(), 1);
+    assert_eq!(
+        corruption_page(errs.into_iter().next().unwrap()),
+        Some(page)
+    );
+    let errs: Vec<Error> = run
+        .iter(Bound::Unbounded, Bound::Unbounded, true, Purpose::Merge)
+        .filter_map(|r| r.err())
+        .collect();
+    assert_eq!(
+        corruption_page(errs.into_iter().next().unwrap()),
+        Some(page)
+    );
+    assert_eq!(corruption_page(run.check().unwrap_err()), Some(page));
+}
+
+/// Garbage with a valid checksum (as a bug could write) must give errors, never a panic.
+#[test]
+fn garbage_pages_never_panic() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 3000);
+    let run = build(&pf, &m, opts());
+    let pages: Vec<u64> = run
+        .extents()
+        .iter()
+        .flat_map(|e| e.start..e.end())
+        .collect();
+    for round in 0..200 {
+        let page = pages[rng.gen_range(0..pages.len())];
+        let old = pf.read_uncached(page, Purpose::Merge).unwrap();
+        let mut buf = crate::storage::AlignedBuf::from_slice(&old);
+        // Keep the header sometimes so that decoding goes deeper.
+        let from = if round % 2 == 0 {
+            format::HEADER_LEN
+        } else {
+            0
+        };
+        for _ in 0..rng.gen_range(1..20) {
+            let i = rng.gen_range(from..PAGE_BODY);
+            buf[i] = rng.gen();
+        }
+        pf.write(page, buf, Purpose::Merge).unwrap();
+        let _ = run.check();
+        let _ = Run::open(pf.clone(), run.meta().clone()).map(|r| r.check());
+        let mut out = Vec::new();
+        let key = &m[rng.gen_range(0..m.len())].key;
+        let _ = run.get(key, u64::MAX, &mut out);
+        let _ = run.rank(key);
+        for r in run
+            .iter(
+                Bound::Included(key.to_vec()),
+                Bound::Unbounded,
+                rng.gen(),
+                Purpose::UserRead,
+            )
+            .take(500)
+        {
+            if r.is_err() {
+                break;
+            }
+        }
+        pf.write(page, old_copy(&old), Purpose::Merge).unwrap();
+    }
+    assert_eq!(run.check().unwrap(), m.len() as u64);
+}
+
+fn old_copy(b: &[u8]) -> crate::storage::AlignedBuf {
+    crate::storage::AlignedBuf::from_slice(b)
+}
+
+#[test]
+fn rank_matches_subtree_counts() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 20_000);
+    let run = build(&pf, &m, opts());
+    assert_eq!(run.rank(b"").unwrap(), 0);
+    assert_eq!(run.rank(&[0xff; 2000]).unwrap(), m.len() as u64);
+    let mut keys: Vec<&[u8]> = m.iter().map(|e| &*e.key).collect();
+    keys.dedup();
+    for k in keys.iter().step_by(97) {
+        assert_eq!(
+            run.rank(k).unwrap(),
+            m.partition_point(|e| &*e.key < *k) as u64
+        );
+    }
+}
+
+#[test]
+fn shared_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Run>();
+    send::<RunIter>();
+}

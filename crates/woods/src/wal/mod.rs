@@ -1,0 +1,440 @@
+//! The write-ahead log: append-only files of checksummed records, with group commit.
+//!
+//! Files are named `wal-{number:06}.log` in the database directory. Each starts with a 16-byte
+//! header (magic `WOODSWAL`, format major and minor version, 4 reserved zero bytes) followed by
+//! records framed as `[crc32c u32 LE][len u32 LE][payload]`, the checksum taken over the four
+//! length bytes followed by the payload. The payload is opaque here (the Db encodes a batch in
+//! it). The byte-by-byte format is in `docs/format.md`.
+//!
+//! Recovery ([`replay`]) yields a prefix of what was appended: it stops at the first record that
+//! is short, fails its checksum or has an impossible length, and returns nothing after it, in
+//! that file or any later one. Three rules of the writer keep that prefix the right one:
+//! a new file's name is made durable (directory sync) before any record goes into it; a
+//! rotation syncs the old file before the new one takes records; and after any failed write or
+//! sync the writer is poisoned, so no record is ever written after a hole.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::storage::{File, Fs, IoCounters, OpenMode, Purpose};
+
+/// Magic bytes at the start of every WAL file.
+pub const WAL_MAGIC: [u8; 8] = *b"WOODSWAL";
+/// Format major version this build writes and reads; any other major is refused.
+pub const WAL_FORMAT_MAJOR: u16 = 1;
+/// Format minor version this build writes (readers accept any minor of their major).
+pub const WAL_FORMAT_MINOR: u16 = 0;
+/// Size of the file header: magic (8), major (2), minor (2), reserved zeros (4).
+pub const WAL_HEADER_LEN: usize = 16;
+/// Size of a record's frame header: checksum (4) and payload length (4).
+pub const RECORD_HEADER_LEN: usize = 8;
+/// Longest payload a WAL record may carry; a longer length field on disk marks a torn record.
+pub const MAX_WAL_RECORD: u32 = 64 << 20;
+
+/// The file name of WAL file `number`.
+pub fn wal_file_name(number: u64) -> String {
+    format!("wal-{number:06}.log")
+}
+
+/// The path of WAL file `number` in `dir`.
+pub fn wal_file_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(wal_file_name(number))
+}
+
+/// Parses a WAL file name back to its number (`None` for any other file).
+fn parse_wal_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("wal-")?.strip_suffix(".log")?;
+    if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Frames one record: `[crc32c][len][payload]`, the checksum over the length bytes and payload.
+/// Shared with the manifest, whose records use the same framing.
+pub(crate) fn frame_record(payload: &[u8]) -> Vec<u8> {
+    let len = (payload.len() as u32).to_le_bytes();
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&len), payload);
+    let mut out = Vec::with_capacity(RECORD_HEADER_LEN + payload.len());
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&len);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// What [`next_record`] found at an offset.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum NextRecord<'a> {
+    /// A whole, checksummed record: its payload and the offset just past it.
+    Record(&'a [u8], usize),
+    /// The buffer ends exactly here.
+    End,
+    /// What starts here is not a whole valid record (the reason says why).
+    Torn(&'static str),
+}
+
+/// Reads the record framed at `off` in `buf`, never reading past `buf` and never panicking.
+pub(crate) fn next_record(buf: &[u8], off: usize, max_len: u32) -> NextRecord<'_> {
+    let Some(rest) = buf.get(off..) else { return NextRecord::Torn("offset past the end") };
+    if rest.is_empty() {
+        return NextRecord::End;
+    }
+    if rest.len() < RECORD_HEADER_LEN {
+        return NextRecord::Torn("short record header");
+    }
+    let crc = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    let len_bytes = [rest[4], rest[5], rest[6], rest[7]];
+    let len = u32::from_le_bytes(len_bytes);
+    if len > max_len {
+        return NextRecord::Torn("impossible record length");
+    }
+    let Some(payload) = rest.get(RECORD_HEADER_LEN..RECORD_HEADER_LEN + len as usize) else {
+        return NextRecord::Torn("short record payload");
+    };
+    if crc32c::crc32c_append(crc32c::crc32c(&len_bytes), payload) != crc {
+        return NextRecord::Torn("checksum mismatch");
+    }
+    NextRecord::Record(payload, off + RECORD_HEADER_LEN + len as usize)
+}
+
+fn wal_header() -> [u8; WAL_HEADER_LEN] {
+    let mut h = [0u8; WAL_HEADER_LEN];
+    h[..8].copy_from_slice(&WAL_MAGIC);
+    h[8..10].copy_from_slice(&WAL_FORMAT_MAJOR.to_le_bytes());
+    h[10..12].copy_from_slice(&WAL_FORMAT_MINOR.to_le_bytes());
+    h
+}
+
+/// The state the append mutex guards.
+struct Current {
+    file: Arc<dyn File>,
+    number: u64,
+    /// Where the next record goes in the current file.
+    file_off: u64,
+    /// Log position (bytes of records appended by this writer) after the last record.
+    pos: u64,
+}
+
+/// Appends records to the live WAL file and makes them durable in groups.
+///
+/// Every record is written to the OS by [`append`](WalWriter::append) (so it survives a process
+/// crash); [`sync_to`](WalWriter::sync_to) makes it survive a power cut, one fsync serving every
+/// caller that appended before it started.
+pub struct WalWriter {
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+    counters: Arc<IoCounters>,
+    /// The append mutex: serialises appends and rotations.
+    current: Mutex<Current>,
+    /// Whether a leader is running an fsync for the group; waiters sleep on `sync_done`.
+    sync_state: Mutex<bool>,
+    sync_done: Condvar,
+    /// Every record ending at or below this log position is durable.
+    synced: AtomicU64,
+    bytes_written: AtomicU64,
+    poisoned: AtomicBool,
+    poison_cause: Mutex<Option<String>>,
+}
+
+/// Creates (or truncates) WAL file `number`, writes its header and makes both the file and its
+/// name durable.
+fn create_file(fs: &dyn Fs, dir: &Path, number: u64, counters: &IoCounters) -> Result<Arc<dyn File>> {
+    let path = wal_file_path(dir, number);
+    let file = fs.open(&path, OpenMode { create: true, direct: false })?;
+    if file.len()? != 0 {
+        file.set_len(0)?;
+    }
+    let header = wal_header();
+    file.write_all_at(&header, 0)?;
+    counters.record_write(Purpose::Wal, header.len());
+    file.sync()?;
+    counters.record_sync();
+    // Without this a power cut could lose the file's name, and with it records synced later.
+    fs.sync_dir(dir)?;
+    counters.record_sync();
+    Ok(file)
+}
+
+impl WalWriter {
+    /// Creates WAL file `number` in `dir` (truncating a leftover file of that name), writes its
+    /// header and syncs the file and the directory, so that a record synced later can never be
+    /// lost because the file's name was.
+    pub fn create(fs: Arc<dyn Fs>, dir: &Path, number: u64, counters: Arc<IoCounters>) -> Result<WalWriter> {
+        let file = create_file(fs.as_ref(), dir, number, &counters)?;
+        Ok(WalWriter {
+            fs,
+            dir: dir.to_path_buf(),
+            counters,
+            current: Mutex::new(Current { file, number, file_off: WAL_HEADER_LEN as u64, pos: 0 }),
+            sync_state: Mutex::new(false),
+            sync_done: Condvar::new(),
+            synced: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(WAL_HEADER_LEN as u64),
+            poisoned: AtomicBool::new(false),
+            poison_cause: Mutex::new(None),
+        })
+    }
+
+    fn check_poisoned(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            let cause = self.poison_cause.lock().clone().unwrap_or_else(|| "an earlier WAL failure".into());
+            return Err(Error::ReadOnly { cause });
+        }
+        Ok(())
+    }
+
+    /// Marks the writer unusable after `e` and hands `e` back.
+    fn poison(&self, e: Error) -> Error {
+        let mut cause = self.poison_cause.lock();
+        if cause.is_none() {
+            *cause = Some(format!("WAL write or sync failed: {e}"));
+        }
+        self.poisoned.store(true, Ordering::Release);
+        e
+    }
+
+    /// Appends one record holding `payload` at the end of the live file (one positional write) and
+    /// returns the log position just past it, to pass to [`sync_to`](WalWriter::sync_to).
+    ///
+    /// Positions grow monotonically across rotations and are meaningful only for this writer.
+    /// A payload longer than [`MAX_WAL_RECORD`] is refused (without poisoning the writer).
+    pub fn append(&self, payload: &[u8]) -> Result<u64> {
+        self.check_poisoned()?;
+        if payload.len() > MAX_WAL_RECORD as usize {
+            return Err(Error::io(
+                "appending to the WAL",
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("record of {} bytes exceeds the limit of {MAX_WAL_RECORD} bytes", payload.len()),
+                ),
+            ));
+        }
+        let frame = frame_record(payload);
+        let mut cur = self.current.lock();
+        // Checked again under the mutex: a record must never follow a failed one.
+        self.check_poisoned()?;
+        if let Err(e) = cur.file.write_all_at(&frame, cur.file_off) {
+            return Err(self.poison(e));
+        }
+        self.counters.record_write(Purpose::Wal, frame.len());
+        self.bytes_written.fetch_add(frame.len() as u64, Ordering::Relaxed);
+        cur.file_off += frame.len() as u64;
+        cur.pos += frame.len() as u64;
+        Ok(cur.pos)
+    }
+
+    /// Makes every record up to log position `pos` durable (group commit).
+    ///
+    /// Returns at once if a finished fsync already covers `pos`. Otherwise one caller at a time
+    /// (the leader) fsyncs the live file, and that fsync covers everything appended before it
+    /// began; the others wait for it to finish rather than queueing on a lock, so every caller it
+    /// covers returns together and the next fsync starts for those it did not. A `pos` beyond
+    /// the last append is treated as the last append.
+    pub fn sync_to(&self, pos: u64) -> Result<()> {
+        self.check_poisoned()?;
+        if self.synced.load(Ordering::Acquire) >= pos {
+            return Ok(());
+        }
+        let mut syncing = self.sync_state.lock();
+        loop {
+            self.check_poisoned()?;
+            if self.synced.load(Ordering::Acquire) >= pos {
+                return Ok(());
+            }
+            if !*syncing {
+                break;
+            }
+            self.sync_done.wait(&mut syncing);
+        }
+        *syncing = true;
+        drop(syncing);
+        // Which file, and how far, this fsync covers: what was appended before it starts.
+        let (file, upto) = {
+            let cur = self.current.lock();
+            (cur.file.clone(), cur.pos)
+        };
+        let result = match file.sync() {
+            Ok(()) => {
+                self.counters.record_sync();
+                self.synced.fetch_max(upto, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(e) => Err(self.poison(e)),
+        };
+        *self.sync_state.lock() = false;
+        self.sync_done.notify_all();
+        result
+    }
+
+    /// Syncs the live file, then switches to a new file `new_number` (created as by
+    /// [`create`](WalWriter::create)). Syncing first keeps recovery's prefix rule: after a power
+    /// cut the old file is never shorter while the new one holds records.
+    pub fn rotate(&self, new_number: u64) -> Result<()> {
+        self.check_poisoned()?;
+        let mut cur = self.current.lock();
+        self.check_poisoned()?;
+        if let Err(e) = cur.file.sync() {
+            return Err(self.poison(e));
+        }
+        self.counters.record_sync();
+        let file = match create_file(self.fs.as_ref(), &self.dir, new_number, &self.counters) {
+            Ok(f) => f,
+            Err(e) => return Err(self.poison(e)),
+        };
+        self.bytes_written.fetch_add(WAL_HEADER_LEN as u64, Ordering::Relaxed);
+        self.synced.fetch_max(cur.pos, Ordering::AcqRel);
+        cur.file = file;
+        cur.number = new_number;
+        cur.file_off = WAL_HEADER_LEN as u64;
+        Ok(())
+    }
+
+    /// The number of the live WAL file.
+    pub fn number(&self) -> u64 {
+        self.current.lock().number
+    }
+
+    /// Bytes this writer has written to WAL files (headers and framed records).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written.load(Ordering::Relaxed)
+    }
+
+    /// Whether an earlier write or sync failed; a poisoned writer refuses every call.
+    pub fn poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+}
+
+/// The numbers of the WAL files in `dir`, ascending.
+pub fn list_wal_files(fs: &dyn Fs, dir: &Path) -> Result<Vec<u64>> {
+    let mut numbers: Vec<u64> = fs.list(dir)?.iter().filter_map(|n| parse_wal_file_name(n)).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    Ok(numbers)
+}
+
+/// Where [`replay`] stopped early.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TornAt {
+    /// The WAL file holding the first torn record (or the torn header).
+    pub file: u64,
+    /// Byte offset in that file where the valid prefix ends (below [`WAL_HEADER_LEN`] when the
+    /// header itself is torn).
+    pub offset: u64,
+    /// Why the bytes there were rejected.
+    pub reason: String,
+}
+
+/// What [`replay`] recovered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replay {
+    /// The payloads of the recovered prefix, in append order.
+    pub records: Vec<Vec<u8>>,
+    /// Every WAL file found in the directory, ascending (including any after a torn point).
+    pub files: Vec<u64>,
+    /// Whether replay stopped before the end of the last file.
+    pub torn: bool,
+    /// Where it stopped, when `torn`.
+    pub torn_at: Option<TornAt>,
+}
+
+/// Reads every WAL file of `dir` in number order and returns the longest valid prefix of records.
+///
+/// It stops at the first record, in any file, that is short, fails its checksum or has a length
+/// above [`MAX_WAL_RECORD`], or at a file whose header is short or garbled (a crash while the
+/// file was being created); nothing after that point is returned. A header with the right magic
+/// and an unknown major version is [`Error::UnsupportedFormat`].
+pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> {
+    let files = list_wal_files(fs, dir)?;
+    let mut out = Replay { files: files.clone(), ..Replay::default() };
+    for &number in &files {
+        let path = wal_file_path(dir, number);
+        let file = fs.open(&path, OpenMode { create: false, direct: false })?;
+        let len = file.len()?;
+        let len = usize::try_from(len).map_err(|_| {
+            Error::corruption(format!("WAL file {}", path.display()), None, format!("length {len} too large"))
+        })?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, 0)?;
+        counters.record_read(Purpose::Wal, len);
+
+        let torn = |offset: usize, reason: &str| TornAt {
+            file: number,
+            offset: offset as u64,
+            reason: reason.into(),
+        };
+        if buf.len() < WAL_HEADER_LEN || buf[..8] != WAL_MAGIC {
+            out.torn = true;
+            out.torn_at = Some(torn(0, "short or garbled file header"));
+            return Ok(out);
+        }
+        let major = u16::from_le_bytes([buf[8], buf[9]]);
+        if major != WAL_FORMAT_MAJOR {
+            return Err(Error::UnsupportedFormat { found_major: major, supported_major: WAL_FORMAT_MAJOR });
+        }
+        let mut off = WAL_HEADER_LEN;
+        loop {
+            match next_record(&buf, off, MAX_WAL_RECORD) {
+                NextRecord::Record(payload, next) => {
+                    out.records.push(payload.to_vec());
+                    off = next;
+                }
+                NextRecord::End => break,
+                NextRecord::Torn(reason) => {
+                    out.torn = true;
+                    out.torn_at = Some(torn(off, reason));
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Makes what [`replay`] recovered the durable log, so that new records can safely follow it.
+///
+/// Call it once after `replay` and before creating the next [`WalWriter`]. It removes every WAL
+/// file after a torn point (syncing the directory before anything else changes, so those files
+/// cannot come back behind a repaired tear), truncates the torn file to its valid prefix (or
+/// removes it when its header is torn), then fsyncs every kept file and the directory. Without
+/// the cut, a later replay would stop at the old tear and never reach the new records; without
+/// the fsyncs, records that replay read after a process crash (written but never synced) could
+/// be lost to a power cut while newer records survive.
+pub fn seal_recovered(fs: &dyn Fs, dir: &Path, replay: &Replay, counters: &IoCounters) -> Result<()> {
+    let mut kept: Vec<u64> = replay.files.clone();
+    if let Some(at) = &replay.torn_at {
+        kept.retain(|&n| n <= at.file);
+        let later: Vec<u64> = replay.files.iter().copied().filter(|&n| n > at.file).collect();
+        for &number in &later {
+            fs.remove(&wal_file_path(dir, number))?;
+        }
+        if !later.is_empty() {
+            fs.sync_dir(dir)?;
+            counters.record_sync();
+        }
+        let path = wal_file_path(dir, at.file);
+        if at.offset < WAL_HEADER_LEN as u64 {
+            fs.remove(&path)?;
+            kept.retain(|&n| n != at.file);
+        } else {
+            let file = fs.open(&path, OpenMode { create: false, direct: false })?;
+            file.set_len(at.offset)?;
+        }
+    }
+    for &number in &kept {
+        let file = fs.open(&wal_file_path(dir, number), OpenMode { create: false, direct: false })?;
+        file.sync()?;
+        counters.record_sync();
+    }
+    fs.sync_dir(dir)?;
+    counters.record_sync();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

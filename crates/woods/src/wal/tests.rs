@@ -1,0 +1,412 @@
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::storage::{FaultFs, FaultPlan};
+
+fn dir() -> PathBuf {
+    PathBuf::from("/db")
+}
+
+fn setup() -> (FaultFs, Arc<IoCounters>) {
+    let fs = FaultFs::new();
+    fs.create_dir_all(&dir()).unwrap();
+    (fs, Arc::new(IoCounters::default()))
+}
+
+fn payload(i: usize) -> Vec<u8> {
+    let len = 1 + (i * 37) % 300;
+    (0..len).map(|j| (i * 7 + j) as u8).collect()
+}
+
+fn writer(fs: &FaultFs, number: u64, counters: &Arc<IoCounters>) -> WalWriter {
+    WalWriter::create(Arc::new(fs.clone()), &dir(), number, counters.clone()).unwrap()
+}
+
+#[test]
+fn wal_round_trip() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    let mut last = 0;
+    for i in 0..100 {
+        let pos = w.append(&payload(i)).unwrap();
+        assert!(pos > last);
+        last = pos;
+    }
+    w.append(&[]).unwrap();
+    w.sync_to(last).unwrap();
+    assert_eq!(w.number(), 1);
+    assert_eq!(fs.file_len(&wal_file_path(&dir(), 1)), Some(w.bytes_written()));
+    assert!(counters.snapshot().written(Purpose::Wal) == w.bytes_written());
+
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    let mut want: Vec<Vec<u8>> = (0..100).map(payload).collect();
+    want.push(Vec::new());
+    assert_eq!(r.records, want);
+    assert_eq!(r.files, vec![1]);
+    assert!(!r.torn);
+    assert_eq!(counters.snapshot().read(Purpose::Wal), w.bytes_written());
+}
+
+#[test]
+fn wal_empty_directory_replays_nothing() {
+    let (fs, counters) = setup();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r, Replay::default());
+    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), Vec::<u64>::new());
+}
+
+#[test]
+fn wal_create_truncates_leftover_file() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 3, &counters);
+    w.append(b"old").unwrap();
+    drop(w);
+    let w = writer(&fs, 3, &counters);
+    w.append(b"new").unwrap();
+    assert_eq!(replay(&fs, &dir(), &counters).unwrap().records, vec![b"new".to_vec()]);
+}
+
+#[test]
+fn wal_torn_tail_is_cut_at_every_length() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    let mut ends = vec![WAL_HEADER_LEN as u64];
+    for i in 0..5 {
+        w.append(&payload(i)).unwrap();
+        ends.push(fs.file_len(&wal_file_path(&dir(), 1)).unwrap());
+    }
+    let full = *ends.last().unwrap();
+    let path = wal_file_path(&dir(), 1);
+    for cut in 0..full {
+        let fs2 = FaultFs::new();
+        fs2.create_dir_all(&dir()).unwrap();
+        // Rebuild the file truncated to `cut` bytes.
+        let src = fs.open(&path, OpenMode::default()).unwrap();
+        let mut buf = vec![0u8; cut as usize];
+        src.read_exact_at(&mut buf, 0).unwrap();
+        let dst = fs2.open(&path, OpenMode { create: true, direct: false }).unwrap();
+        dst.write_all_at(&buf, 0).unwrap();
+        let r = replay(&fs2, &dir(), &counters).unwrap();
+        let whole = ends.iter().filter(|&&e| e <= cut).count().saturating_sub(1);
+        assert_eq!(r.records, (0..whole).map(payload).collect::<Vec<_>>(), "cut at {cut}");
+        assert_eq!(r.torn, !ends.contains(&cut), "cut at {cut}");
+    }
+}
+
+#[test]
+fn wal_flipped_byte_drops_that_record_and_everything_after() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    let mut ends = vec![WAL_HEADER_LEN as u64];
+    for i in 0..6 {
+        w.append(&payload(i)).unwrap();
+        ends.push(fs.file_len(&wal_file_path(&dir(), 1)).unwrap());
+    }
+    w.rotate(2).unwrap();
+    w.append(b"later file").unwrap();
+    // Flip a byte inside record 3 (its length field, then separately its payload).
+    for off in [ends[3] + 5, ends[3] + 10, ends[4] - 1] {
+        let fs2 = fs.clone();
+        assert!(fs2.flip_byte(&wal_file_path(&dir(), 1), off));
+        let r = replay(&fs2, &dir(), &counters).unwrap();
+        assert_eq!(r.records, (0..3).map(payload).collect::<Vec<_>>());
+        assert!(r.torn);
+        assert_eq!(r.files, vec![1, 2]);
+        assert_eq!(r.torn_at.as_ref().map(|t| (t.file, t.offset)), Some((1, ends[3])));
+        assert!(fs2.flip_byte(&wal_file_path(&dir(), 1), off)); // flip back
+    }
+    assert_eq!(replay(&fs, &dir(), &counters).unwrap().records.len(), 7);
+}
+
+#[test]
+fn wal_impossible_length_is_torn() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    w.append(b"one").unwrap();
+    let end = fs.file_len(&wal_file_path(&dir(), 1)).unwrap();
+    w.append(b"two").unwrap();
+    let f = fs.open(&wal_file_path(&dir(), 1), OpenMode::default()).unwrap();
+    f.write_all_at(&u32::MAX.to_le_bytes(), end + 4).unwrap();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, vec![b"one".to_vec()]);
+    assert!(r.torn);
+}
+
+#[test]
+fn wal_power_cut_keeps_exactly_the_synced_prefix() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    let mut pos = 0;
+    for i in 0..10 {
+        pos = w.append(&payload(i)).unwrap();
+    }
+    w.sync_to(pos).unwrap();
+    for i in 10..15 {
+        w.append(&payload(i)).unwrap();
+    }
+    fs.power_cut();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, (0..10).map(payload).collect::<Vec<_>>());
+    assert!(!r.torn);
+}
+
+#[test]
+fn wal_process_crash_keeps_unsynced_records() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    for i in 0..10 {
+        w.append(&payload(i)).unwrap();
+    }
+    fs.kill_process();
+    assert_eq!(replay(&fs, &dir(), &counters).unwrap().records.len(), 10);
+    assert!(w.append(b"x").is_err());
+    assert!(w.poisoned());
+}
+
+#[test]
+fn wal_rotation_keeps_order_and_prefix_across_files() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 4, &counters);
+    let mut n = 0;
+    let mut pos = 0;
+    for file in 4..8 {
+        assert_eq!(w.number(), file);
+        for _ in 0..7 {
+            let p = w.append(&payload(n)).unwrap();
+            assert!(p > pos);
+            pos = p;
+            n += 1;
+        }
+        if file < 7 {
+            w.rotate(file + 1).unwrap();
+        }
+    }
+    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![4, 5, 6, 7]);
+    // Unsynced records in the last file are lost to a power cut; everything rotated away is kept.
+    fs.power_cut();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, (0..21).map(payload).collect::<Vec<_>>());
+    assert_eq!(r.files, vec![4, 5, 6, 7]);
+    assert!(!r.torn);
+}
+
+#[test]
+fn wal_torn_middle_file_hides_later_files_until_sealed() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    w.append(b"a").unwrap();
+    w.append(b"b").unwrap();
+    w.rotate(2).unwrap();
+    w.append(b"c").unwrap();
+    w.rotate(3).unwrap();
+    w.append(b"d").unwrap();
+    drop(w);
+    let f1 = wal_file_path(&dir(), 2);
+    assert!(fs.flip_byte(&f1, WAL_HEADER_LEN as u64 + 8));
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, vec![b"a".to_vec(), b"b".to_vec()]);
+    assert!(r.torn);
+    seal_recovered(&fs, &dir(), &r, &counters).unwrap();
+    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![1, 2]);
+    // New records after the repair are replayed after the recovered prefix.
+    let w = writer(&fs, 4, &counters);
+    let p = w.append(b"e").unwrap();
+    w.sync_to(p).unwrap();
+    fs.power_cut();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, vec![b"a".to_vec(), b"b".to_vec(), b"e".to_vec()]);
+    assert!(!r.torn);
+}
+
+#[test]
+fn wal_garbled_header_is_torn_and_unknown_major_is_unsupported() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    w.append(b"a").unwrap();
+    w.rotate(2).unwrap();
+    w.append(b"b").unwrap();
+    drop(w);
+    // A short header in file 2 (a crash during creation).
+    let f2 = fs.open(&wal_file_path(&dir(), 2), OpenMode::default()).unwrap();
+    f2.set_len(10).unwrap();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, vec![b"a".to_vec()]);
+    assert_eq!(r.torn_at.as_ref().map(|t| (t.file, t.offset)), Some((2, 0)));
+    seal_recovered(&fs, &dir(), &r, &counters).unwrap();
+    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![1]);
+
+    let f1 = fs.open(&wal_file_path(&dir(), 1), OpenMode::default()).unwrap();
+    f1.write_all_at(&2u16.to_le_bytes(), 8).unwrap();
+    match replay(&fs, &dir(), &counters) {
+        Err(Error::UnsupportedFormat { found_major: 2, supported_major: 1 }) => {}
+        other => panic!("expected UnsupportedFormat, got {other:?}"),
+    }
+}
+
+#[test]
+fn wal_list_ignores_other_files() {
+    let (fs, counters) = setup();
+    writer(&fs, 12, &counters);
+    writer(&fs, 3, &counters);
+    for name in ["wal-1.log", "wal-000004.tmp", "MANIFEST-000001", "wal-00000x.log"] {
+        fs.open(&dir().join(name), OpenMode { create: true, direct: false }).unwrap();
+    }
+    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![3, 12]);
+}
+
+/// Delegates to a [`FaultFs`] but makes every file sync take a while, as a device would, so that
+/// group commit has something to share.
+#[derive(Clone)]
+struct SlowSyncFs(FaultFs);
+struct SlowSyncFile(Arc<dyn File>);
+
+impl Fs for SlowSyncFs {
+    fn create_dir_all(&self, dir: &Path) -> Result<()> {
+        self.0.create_dir_all(dir)
+    }
+    fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn File>> {
+        Ok(Arc::new(SlowSyncFile(self.0.open(path, mode)?)))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.0.exists(path)
+    }
+    fn remove(&self, path: &Path) -> Result<()> {
+        self.0.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.0.rename(from, to)
+    }
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        self.0.list(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        self.0.sync_dir(dir)
+    }
+    fn lock(&self, path: &Path) -> Result<Box<dyn Any + Send + Sync>> {
+        self.0.lock(path)
+    }
+}
+
+impl File for SlowSyncFile {
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> Result<()> {
+        self.0.read_exact_at(buf, off)
+    }
+    fn read_at(&self, buf: &mut [u8], off: u64) -> Result<usize> {
+        self.0.read_at(buf, off)
+    }
+    fn write_all_at(&self, buf: &[u8], off: u64) -> Result<()> {
+        self.0.write_all_at(buf, off)
+    }
+    fn sync(&self) -> Result<()> {
+        std::thread::sleep(Duration::from_millis(2));
+        self.0.sync()
+    }
+    fn len(&self) -> Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.0.set_len(len)
+    }
+    fn is_direct(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn wal_group_commit_shares_syncs_across_threads() {
+    let fault = FaultFs::new();
+    fault.create_dir_all(&dir()).unwrap();
+    let counters = Arc::new(IoCounters::default());
+    let w = Arc::new(
+        WalWriter::create(Arc::new(SlowSyncFs(fault.clone())), &dir(), 1, counters.clone()).unwrap(),
+    );
+    let syncs_before = counters.snapshot().syncs;
+    const THREADS: usize = 16;
+    const PER_THREAD: usize = 25;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let w = w.clone();
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    let pos = w.append(&payload(t * PER_THREAD + i)).unwrap();
+                    w.sync_to(pos).unwrap();
+                }
+            });
+        }
+    });
+    let syncs = counters.snapshot().syncs - syncs_before;
+    let records = (THREADS * PER_THREAD) as u64;
+    assert!(syncs >= 1);
+    assert!(syncs * 3 < records, "{syncs} syncs for {records} synced records: group commit is not sharing");
+    fault.power_cut();
+    let r = replay(&fault, &dir(), &counters).unwrap();
+    assert_eq!(r.records.len(), THREADS * PER_THREAD);
+    let mut got = r.records.clone();
+    let mut want: Vec<Vec<u8>> = (0..THREADS * PER_THREAD).map(payload).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn wal_injected_failure_poisons_the_writer() {
+    // Fail each mutating operation in turn: the first error poisons, nothing succeeds after it,
+    // and a power cut then leaves a prefix of the appended records that covers every synced one.
+    for fail_at in 0..12 {
+        let (fs, counters) = setup();
+        let w = writer(&fs, 1, &counters);
+        fs.set_plan(FaultPlan { fail_op: Some(fail_at), sticky: false });
+        let mut synced = 0;
+        let mut appended = 0;
+        let mut failed = false;
+        for i in 0..8 {
+            let r = w.append(&payload(i)).and_then(|pos| {
+                appended = i + 1;
+                if i % 2 == 1 {
+                    w.sync_to(pos)?;
+                    synced = i + 1;
+                }
+                if i == 5 {
+                    w.rotate(2)?;
+                    synced = i + 1;
+                }
+                Ok(())
+            });
+            if r.is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "fail_at {fail_at} injected nothing");
+        assert!(w.poisoned());
+        assert!(w.append(b"after").is_err());
+        assert!(w.sync_to(u64::MAX).is_err());
+        assert!(w.rotate(9).is_err());
+        assert!(matches!(w.sync_to(0), Err(Error::ReadOnly { .. })));
+        fs.power_cut();
+        let r = replay(&fs, &dir(), &counters).unwrap();
+        assert!(r.records.len() >= synced && r.records.len() <= appended, "fail_at {fail_at}");
+        assert_eq!(r.records, (0..r.records.len()).map(payload).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn wal_records_read_after_a_process_crash_are_sealed_before_new_ones() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    w.append(b"unsynced 1").unwrap();
+    w.append(b"unsynced 2").unwrap();
+    fs.kill_process();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records.len(), 2);
+    seal_recovered(&fs, &dir(), &r, &counters).unwrap();
+    let w = writer(&fs, 2, &counters);
+    let p = w.append(b"new").unwrap();
+    w.sync_to(p).unwrap();
+    fs.power_cut();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, vec![b"unsynced 1".to_vec(), b"unsynced 2".to_vec(), b"new".to_vec()]);
+}
