@@ -20,7 +20,9 @@ use crate::manifest::Manifest;
 use crate::memtable::Memtable;
 use crate::merge::{resolve, EntryIter, MergeIter, Resolver};
 use crate::options::{Durability, Options, PersistedConfig};
-use crate::storage::{AlignedBuf, Allocator, Fs, IoCounters, IoSnapshot, OpenMode, PageFile, RealFs, PAGE_SIZE};
+use crate::storage::{
+    AlignedBuf, Allocator, Fs, IoCounters, IoSnapshot, OpenMode, PageFile, RealFs, PAGE_SIZE,
+};
 use crate::wal::{self, WalWriter};
 
 /// Data file name inside the database directory.
@@ -140,11 +142,18 @@ fn check_header(page: &[u8]) -> Result<()> {
     }
     let major = u16::from_le_bytes([page[8], page[9]]);
     if major != FORMAT_MAJOR {
-        return Err(Error::UnsupportedFormat { found_major: major, supported_major: FORMAT_MAJOR });
+        return Err(Error::UnsupportedFormat {
+            found_major: major,
+            supported_major: FORMAT_MAJOR,
+        });
     }
     let page_size = u32::from_le_bytes([page[12], page[13], page[14], page[15]]);
     if page_size as usize != PAGE_SIZE {
-        return Err(Error::corruption("data file header", Some(0), format!("page size {page_size}")));
+        return Err(Error::corruption(
+            "data file header",
+            Some(0),
+            format!("page size {page_size}"),
+        ));
     }
     Ok(())
 }
@@ -193,28 +202,55 @@ impl Db {
             (m, st, stored)
         } else {
             let config = PersistedConfig {
-                index: opts.index.clone().unwrap_or_else(|| crate::IndexKind::Lsm(Default::default())),
+                index: opts
+                    .index
+                    .clone()
+                    .unwrap_or_else(|| crate::IndexKind::Lsm(Default::default())),
                 comparator: "bytewise".into(),
                 merge_operator: None,
             };
             // The data file first (header synced), then the manifest that makes it a database.
-            let f = fs.open(&data_path, OpenMode { create: true, direct: opts.direct_io })?;
+            let f = fs.open(
+                &data_path,
+                OpenMode {
+                    create: true,
+                    direct: opts.direct_io,
+                },
+            )?;
             f.set_len(0)?;
             f.write_all_at(&write_header(&config), 0)?;
             f.sync()?;
             fs.sync_dir(&dir)?;
-            let m = Manifest::create(fs.clone(), &dir, PAGE_SIZE as u32, EXTENT_PAGES, config.encode(), io.clone())?;
+            let m = Manifest::create(
+                fs.clone(),
+                &dir,
+                PAGE_SIZE as u32,
+                EXTENT_PAGES,
+                config.encode(),
+                io.clone(),
+            )?;
             let st = m.state();
             (m, st, config)
         };
         let manifest = Arc::new(manifest);
 
-        let file = fs.open(&data_path, OpenMode { create: false, direct: opts.direct_io })?;
+        let file = fs.open(
+            &data_path,
+            OpenMode {
+                create: false,
+                direct: opts.direct_io,
+            },
+        )?;
         let mut hdr = AlignedBuf::zeroed(PAGE_SIZE);
         file.read_exact_at(&mut hdr, 0)?;
         check_header(&hdr)?;
         let alloc = Allocator::from_allocated(1, &state.allocated);
-        let store = Arc::new(PageFile::new(file, Cache::new(opts.cache_bytes), alloc, io.clone()));
+        let store = Arc::new(PageFile::new(
+            file,
+            Cache::new(opts.cache_bytes),
+            alloc,
+            io.clone(),
+        ));
         let snapshots = Arc::new(Snapshots::default());
         let ctx = IndexContext {
             store: store.clone(),
@@ -241,7 +277,10 @@ impl Db {
             index,
             wal: None,
             writer: Mutex::new(WriterState { last_seq, next_wal }),
-            mems: RwLock::new(MemState { active: Arc::new(Memtable::new(0)), frozen: Vec::new() }),
+            mems: RwLock::new(MemState {
+                active: Arc::new(Memtable::new(0)),
+                frozen: Vec::new(),
+            }),
             visible: AtomicU64::new(last_seq),
             snapshots,
             failure: Mutex::new(None),
@@ -301,7 +340,10 @@ impl Db {
             }
             Err(_) => unreachable!("no other handle to the database exists during open"),
         };
-        let db = Db { inner, workers: Mutex::new(Vec::new()) };
+        let db = Db {
+            inner,
+            workers: Mutex::new(Vec::new()),
+        };
         db.start_workers();
         Ok(db)
     }
@@ -356,19 +398,36 @@ impl Db {
     /// A consistent point-in-time view; reads through it ignore later writes.
     pub fn snapshot(&self) -> Snapshot {
         let seq = self.inner.pin_seq();
-        Snapshot { inner: self.inner.clone(), seq }
+        Snapshot {
+            inner: self.inner.clone(),
+            seq,
+        }
     }
 
     /// Iterates `(key, value)` over a key range, ascending, from a consistent point in time.
     pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
         let seq = self.inner.pin_seq();
-        DbIter::new(self.inner.clone(), seq, bound(range.start_bound()), bound(range.end_bound()), false, true)
+        DbIter::new(
+            self.inner.clone(),
+            seq,
+            bound(range.start_bound()),
+            bound(range.end_bound()),
+            false,
+            true,
+        )
     }
 
     /// Like [`Db::range`], descending.
     pub fn range_rev<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
         let seq = self.inner.pin_seq();
-        DbIter::new(self.inner.clone(), seq, bound(range.start_bound()), bound(range.end_bound()), true, true)
+        DbIter::new(
+            self.inner.clone(),
+            seq,
+            bound(range.start_bound()),
+            bound(range.end_bound()),
+            true,
+            true,
+        )
     }
 
     /// Iterates every key, ascending.
@@ -410,7 +469,11 @@ impl Db {
 
     /// Flushes everything into the index and closes the database.
     pub fn close(self) -> Result<()> {
-        let r = if self.inner.failure.lock().is_none() { self.inner.flush_all() } else { Ok(()) };
+        let r = if self.inner.failure.lock().is_none() {
+            self.inner.flush_all()
+        } else {
+            Ok(())
+        };
         self.inner.closed.store(true, Ordering::Release);
         self.stop_workers();
         r
@@ -446,7 +509,9 @@ impl Inner {
             return Err(Error::Closed);
         }
         if let Some(cause) = &*self.failure.lock() {
-            return Err(Error::ReadOnly { cause: cause.clone() });
+            return Err(Error::ReadOnly {
+                cause: cause.clone(),
+            });
         }
         Ok(())
     }
@@ -491,7 +556,7 @@ impl Inner {
                 }
             }
         }
-        versions.sort_by(|a, b| b.seq.cmp(&a.seq));
+        versions.sort_by_key(|v| std::cmp::Reverse(v.seq));
         Ok(resolve(key, &versions, seq, self.opts.merge_operator.as_ref())?.map(|v| v.to_vec()))
     }
 
@@ -503,7 +568,10 @@ impl Inner {
         batch.validate()?;
         let limit = (self.opts.memtable_bytes / 2) as usize;
         if batch.size_bytes() > limit {
-            return Err(Error::BatchTooLarge { bytes: batch.size_bytes(), limit });
+            return Err(Error::BatchTooLarge {
+                bytes: batch.size_bytes(),
+                limit,
+            });
         }
         if batch.has_merge() {
             self.ensure_merge_operator()?;
@@ -538,7 +606,9 @@ impl Inner {
         }
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
         let ub: usize = batch.ops.iter().map(|(_, k, v)| k.len() + v.len()).sum();
-        self.counters.user_bytes.fetch_add(ub as u64, Ordering::Relaxed);
+        self.counters
+            .user_bytes
+            .fetch_add(ub as u64, Ordering::Relaxed);
         if durability == Durability::Sync {
             if let (Some(wal), Some(p)) = (&self.wal, pos) {
                 self.note(wal.sync_to(p))?;
@@ -549,7 +619,9 @@ impl Inner {
 
     fn ensure_merge_operator(&self) -> Result<()> {
         let Some(op) = &self.opts.merge_operator else {
-            return Err(Error::MergeOperator("merge() needs Options::merge_operator".into()));
+            return Err(Error::MergeOperator(
+                "merge() needs Options::merge_operator".into(),
+            ));
         };
         let mut cfg = self.config.lock();
         if cfg.merge_operator.is_none() {
@@ -606,7 +678,8 @@ impl Inner {
         self.work_cv.notify_one();
         let active = self.mems.read().active.bytes();
         let room = self.opts.memtable_bytes.saturating_sub(active).max(1);
-        let credit = ((debt as u128 * used as u128).div_ceil(room as u128)).min(u64::MAX as u128) as u64;
+        let credit =
+            ((debt as u128 * used as u128).div_ceil(room as u128)).min(u64::MAX as u128) as u64;
         let t = Instant::now();
         self.do_work(credit.max(1))?;
         let ns = elapsed_ns(t);
@@ -661,12 +734,18 @@ impl Inner {
         }
         let old = {
             let mut m = self.mems.write();
-            let new = Arc::new(Memtable::new(if self.wal.is_some() { wal_number } else { 0 }));
+            let new = Arc::new(Memtable::new(if self.wal.is_some() {
+                wal_number
+            } else {
+                0
+            }));
             let old = std::mem::replace(&mut m.active, new);
             m.frozen.push(old.clone());
             old
         };
-        self.counters.memtable_switches.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .memtable_switches
+            .fetch_add(1, Ordering::Relaxed);
         let r = self.index.absorb(old);
         self.note(r)?;
         self.work_cv.notify_all();
@@ -678,7 +757,11 @@ impl Inner {
         let durable = self.index.durable_seq();
         let gone: Vec<Arc<Memtable>> = {
             let mut m = self.mems.write();
-            let n = m.frozen.iter().take_while(|f| f.max_seq() <= durable).count();
+            let n = m
+                .frozen
+                .iter()
+                .take_while(|f| f.max_seq() <= durable)
+                .count();
             m.frozen.drain(..n).collect()
         };
         if gone.is_empty() {
@@ -768,7 +851,12 @@ impl Inner {
         }
     }
 
-    fn sources(&self, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, reverse: bool) -> Result<Vec<EntryIter>> {
+    fn sources(
+        &self,
+        lo: &Bound<Vec<u8>>,
+        hi: &Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> Result<Vec<EntryIter>> {
         let (active, frozen) = {
             let m = self.mems.read();
             (m.active.clone(), m.frozen.clone())
@@ -798,11 +886,25 @@ impl Snapshot {
     }
     pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
         self.inner.snapshots.acquire(self.seq);
-        DbIter::new(self.inner.clone(), self.seq, bound(range.start_bound()), bound(range.end_bound()), false, true)
+        DbIter::new(
+            self.inner.clone(),
+            self.seq,
+            bound(range.start_bound()),
+            bound(range.end_bound()),
+            false,
+            true,
+        )
     }
     pub fn range_rev<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
         self.inner.snapshots.acquire(self.seq);
-        DbIter::new(self.inner.clone(), self.seq, bound(range.start_bound()), bound(range.end_bound()), true, true)
+        DbIter::new(
+            self.inner.clone(),
+            self.seq,
+            bound(range.start_bound()),
+            bound(range.end_bound()),
+            true,
+            true,
+        )
     }
 }
 
@@ -821,7 +923,14 @@ pub struct DbIter {
 }
 
 impl DbIter {
-    fn new(inner: Arc<Inner>, seq: u64, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool, owns_pin: bool) -> Result<DbIter> {
+    fn new(
+        inner: Arc<Inner>,
+        seq: u64,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+        owns_pin: bool,
+    ) -> Result<DbIter> {
         let srcs = match inner.sources(&lo, &hi, reverse) {
             Ok(s) => s,
             Err(e) => {
@@ -831,14 +940,21 @@ impl DbIter {
         };
         let merged: EntryIter = Box::new(MergeIter::new(srcs, reverse));
         let resolver = Resolver::new(merged, seq, inner.opts.merge_operator.clone(), reverse);
-        Ok(DbIter { inner, seq, owns_pin, resolver })
+        Ok(DbIter {
+            inner,
+            seq,
+            owns_pin,
+            resolver,
+        })
     }
 }
 
 impl Iterator for DbIter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
     fn next(&mut self) -> Option<Self::Item> {
-        self.resolver.next().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        self.resolver
+            .next()
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
     }
 }
 

@@ -34,7 +34,11 @@ impl Kind {
             0 => Ok(Kind::Delete),
             1 => Ok(Kind::Put),
             2 => Ok(Kind::Merge),
-            _ => Err(Error::corruption("entry", None, format!("unknown entry kind {b}"))),
+            _ => Err(Error::corruption(
+                "entry",
+                None,
+                format!("unknown entry kind {b}"),
+            )),
         }
     }
 }
@@ -51,7 +55,12 @@ pub struct Entry {
 
 impl Entry {
     pub fn new(key: &[u8], seq: u64, kind: Kind, value: &[u8]) -> Entry {
-        Entry { key: Arc::from(key), seq, kind, value: Arc::from(value) }
+        Entry {
+            key: Arc::from(key),
+            seq,
+            kind,
+            value: Arc::from(value),
+        }
     }
 
     /// Key and value bytes: what a user wrote.

@@ -10,7 +10,11 @@ pub enum Error {
     /// An operating-system I/O call failed (the operation is named in `context`).
     Io { context: String, source: io::Error },
     /// A page or record failed its checksum or structural check.
-    Corruption { what: String, page: Option<u64>, detail: String },
+    Corruption {
+        what: String,
+        page: Option<u64>,
+        detail: String,
+    },
     /// The key is empty or longer than [`crate::MAX_KEY_LEN`].
     InvalidKey { len: usize },
     /// The value is longer than [`crate::MAX_VALUE_LEN`].
@@ -20,9 +24,16 @@ pub enum Error {
     /// An option is outside its valid range.
     InvalidOption(String),
     /// An explicit option differs from what the existing database was created with.
-    OptionsMismatch { option: String, stored: String, given: String },
+    OptionsMismatch {
+        option: String,
+        stored: String,
+        given: String,
+    },
     /// The database was written by an incompatible format version.
-    UnsupportedFormat { found_major: u16, supported_major: u16 },
+    UnsupportedFormat {
+        found_major: u16,
+        supported_major: u16,
+    },
     /// Another handle (in this or another process) has the database open.
     Locked { path: String },
     /// The database holds Merge entries, or a merge was requested, and no merge operator is
@@ -39,11 +50,22 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
-    pub(crate) fn corruption(what: impl Into<String>, page: Option<u64>, detail: impl Into<String>) -> Self {
-        Error::Corruption { what: what.into(), page, detail: detail.into() }
+    pub(crate) fn corruption(
+        what: impl Into<String>,
+        page: Option<u64>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Error::Corruption {
+            what: what.into(),
+            page,
+            detail: detail.into(),
+        }
     }
 
     /// A copy of this error for handing to several callers (I/O sources are rebuilt from their kind
@@ -54,24 +76,39 @@ impl Error {
                 context: context.clone(),
                 source: io::Error::new(source.kind(), source.to_string()),
             },
-            Error::Corruption { what, page, detail } => {
-                Error::Corruption { what: what.clone(), page: *page, detail: detail.clone() }
-            }
+            Error::Corruption { what, page, detail } => Error::Corruption {
+                what: what.clone(),
+                page: *page,
+                detail: detail.clone(),
+            },
             Error::InvalidKey { len } => Error::InvalidKey { len: *len },
             Error::ValueTooLarge { len } => Error::ValueTooLarge { len: *len },
-            Error::BatchTooLarge { bytes, limit } => Error::BatchTooLarge { bytes: *bytes, limit: *limit },
+            Error::BatchTooLarge { bytes, limit } => Error::BatchTooLarge {
+                bytes: *bytes,
+                limit: *limit,
+            },
             Error::InvalidOption(s) => Error::InvalidOption(s.clone()),
-            Error::OptionsMismatch { option, stored, given } => Error::OptionsMismatch {
+            Error::OptionsMismatch {
+                option,
+                stored,
+                given,
+            } => Error::OptionsMismatch {
                 option: option.clone(),
                 stored: stored.clone(),
                 given: given.clone(),
             },
-            Error::UnsupportedFormat { found_major, supported_major } => {
-                Error::UnsupportedFormat { found_major: *found_major, supported_major: *supported_major }
-            }
+            Error::UnsupportedFormat {
+                found_major,
+                supported_major,
+            } => Error::UnsupportedFormat {
+                found_major: *found_major,
+                supported_major: *supported_major,
+            },
             Error::Locked { path } => Error::Locked { path: path.clone() },
             Error::MergeOperator(s) => Error::MergeOperator(s.clone()),
-            Error::ReadOnly { cause } => Error::ReadOnly { cause: cause.clone() },
+            Error::ReadOnly { cause } => Error::ReadOnly {
+                cause: cause.clone(),
+            },
             Error::Closed => Error::Closed,
         }
     }

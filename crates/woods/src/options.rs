@@ -86,20 +86,28 @@ impl IndexKind {
         match name {
             "btree" => Ok(IndexKind::BTree(BTreeParams::default())),
             "lsm" => Ok(IndexKind::Lsm(LsmParams::default())),
-            other => Err(Error::InvalidOption(format!("unknown index kind {other:?} (known: btree, lsm)"))),
+            other => Err(Error::InvalidOption(format!(
+                "unknown index kind {other:?} (known: btree, lsm)"
+            ))),
         }
     }
 
     /// Every kind, with default parameters.
     pub fn all() -> Vec<IndexKind> {
-        vec![IndexKind::BTree(BTreeParams::default()), IndexKind::Lsm(LsmParams::default())]
+        vec![
+            IndexKind::BTree(BTreeParams::default()),
+            IndexKind::Lsm(LsmParams::default()),
+        ]
     }
 
     fn validate(&self) -> Result<()> {
         match self {
             IndexKind::BTree(p) => {
                 if !(50..=100).contains(&p.fill_percent) {
-                    return Err(Error::InvalidOption(format!("btree fill_percent {} not in 50..=100", p.fill_percent)));
+                    return Err(Error::InvalidOption(format!(
+                        "btree fill_percent {} not in 50..=100",
+                        p.fill_percent
+                    )));
                 }
             }
             IndexKind::Lsm(p) => {
@@ -110,15 +118,22 @@ impl IndexKind {
                     return Err(Error::InvalidOption("lsm size_ratio below 2".into()));
                 }
                 if p.level1_bytes < p.table_bytes {
-                    return Err(Error::InvalidOption("lsm level1_bytes below table_bytes".into()));
+                    return Err(Error::InvalidOption(
+                        "lsm level1_bytes below table_bytes".into(),
+                    ));
                 }
-                if !(1 <= p.l0_compaction_trigger && p.l0_compaction_trigger <= p.l0_slowdown && p.l0_slowdown <= p.l0_stop) {
+                if !(1 <= p.l0_compaction_trigger
+                    && p.l0_compaction_trigger <= p.l0_slowdown
+                    && p.l0_slowdown <= p.l0_stop)
+                {
                     return Err(Error::InvalidOption(
                         "lsm needs 1 <= l0_compaction_trigger <= l0_slowdown <= l0_stop".into(),
                     ));
                 }
                 if p.bloom_bits_per_key > 64 {
-                    return Err(Error::InvalidOption("lsm bloom_bits_per_key above 64".into()));
+                    return Err(Error::InvalidOption(
+                        "lsm bloom_bits_per_key above 64".into(),
+                    ));
                 }
             }
         }
@@ -146,7 +161,9 @@ impl IndexKind {
 
     pub(crate) fn decode(r: &mut Reader) -> Result<IndexKind> {
         match r.u8()? {
-            1 => Ok(IndexKind::BTree(BTreeParams { fill_percent: r.u32()? })),
+            1 => Ok(IndexKind::BTree(BTreeParams {
+                fill_percent: r.u32()?,
+            })),
             2 => Ok(IndexKind::Lsm(LsmParams {
                 table_bytes: r.u64()?,
                 size_ratio: r.u64()?,
@@ -156,7 +173,11 @@ impl IndexKind {
                 l0_stop: r.u32()?,
                 bloom_bits_per_key: r.u32()?,
             })),
-            k => Err(Error::corruption("options", None, format!("unknown index kind tag {k}"))),
+            k => Err(Error::corruption(
+                "options",
+                None,
+                format!("unknown index kind tag {k}"),
+            )),
         }
     }
 }
@@ -220,7 +241,10 @@ impl fmt::Debug for Options {
             .field("direct_io", &self.direct_io)
             .field("durability", &self.durability)
             .field("background_threads", &self.background_threads)
-            .field("merge_operator", &self.merge_operator.as_ref().map(|m| m.name().to_string()))
+            .field(
+                "merge_operator",
+                &self.merge_operator.as_ref().map(|m| m.name().to_string()),
+            )
             .field("wal", &self.wal)
             .finish()
     }
@@ -229,18 +253,30 @@ impl fmt::Debug for Options {
 impl Options {
     /// Options for an index kind, everything else default.
     pub fn with_index(kind: IndexKind) -> Options {
-        Options { index: Some(kind), ..Options::default() }
+        Options {
+            index: Some(kind),
+            ..Options::default()
+        }
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
         if self.memtable_bytes < 16 << 10 {
-            return Err(Error::InvalidOption(format!("memtable_bytes {} below 16 KiB", self.memtable_bytes)));
+            return Err(Error::InvalidOption(format!(
+                "memtable_bytes {} below 16 KiB",
+                self.memtable_bytes
+            )));
         }
         if self.memtable_bytes > 1 << 34 {
-            return Err(Error::InvalidOption(format!("memtable_bytes {} above 16 GiB", self.memtable_bytes)));
+            return Err(Error::InvalidOption(format!(
+                "memtable_bytes {} above 16 GiB",
+                self.memtable_bytes
+            )));
         }
         if self.cache_bytes < 64 << 10 {
-            return Err(Error::InvalidOption(format!("cache_bytes {} below 64 KiB", self.cache_bytes)));
+            return Err(Error::InvalidOption(format!(
+                "cache_bytes {} below 64 KiB",
+                self.cache_bytes
+            )));
         }
         if self.background_threads > 64 {
             return Err(Error::InvalidOption("background_threads above 64".into()));
@@ -285,6 +321,10 @@ impl PersistedConfig {
             0 => None,
             _ => Some(String::from_utf8_lossy(r.bytes()?).into_owned()),
         };
-        Ok(PersistedConfig { index, comparator, merge_operator })
+        Ok(PersistedConfig {
+            index,
+            comparator,
+            merge_operator,
+        })
     }
 }

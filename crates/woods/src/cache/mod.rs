@@ -52,7 +52,14 @@ impl Cache {
         let pages = ((bytes / PAGE_SIZE as u64) as usize).max(SHARDS);
         let per = pages / SHARDS;
         let shards = (0..SHARDS)
-            .map(|_| Mutex::new(Shard { map: HashMap::with_capacity(per), frames: Vec::with_capacity(per), capacity: per, hand: 0 }))
+            .map(|_| {
+                Mutex::new(Shard {
+                    map: HashMap::with_capacity(per),
+                    frames: Vec::with_capacity(per),
+                    capacity: per,
+                    hand: 0,
+                })
+            })
             .collect();
         Cache {
             shards,
@@ -91,7 +98,11 @@ impl Cache {
         }
         if s.frames.len() < s.capacity {
             let i = s.frames.len();
-            s.frames.push(Frame { page, data, referenced: true });
+            s.frames.push(Frame {
+                page,
+                data,
+                referenced: true,
+            });
             s.map.insert(page, i);
             return;
         }
@@ -105,7 +116,11 @@ impl Cache {
             }
             let old = s.frames[h].page;
             s.map.remove(&old);
-            s.frames[h] = Frame { page, data, referenced: true };
+            s.frames[h] = Frame {
+                page,
+                data,
+                referenced: true,
+            };
             s.map.insert(page, h);
             self.evictions.fetch_add(1, Ordering::Relaxed);
             return;

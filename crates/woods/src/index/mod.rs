@@ -82,7 +82,11 @@ pub struct Epoch {
 
 impl Epoch {
     pub fn new(store: Arc<PageFile>) -> Arc<Epoch> {
-        Arc::new(Epoch { store, extents: Mutex::new(Vec::new()), next: Mutex::new(None) })
+        Arc::new(Epoch {
+            store,
+            extents: Mutex::new(Vec::new()),
+            next: Mutex::new(None),
+        })
     }
 
     /// Ends this epoch: `retired` were replaced by the version holding the returned epoch.
@@ -154,7 +158,8 @@ pub trait Index: Send + Sync {
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()>;
     /// Sorted sources covering the bounds (all versions), forward or exactly reversed, read from
     /// one consistent version of the index.
-    fn iter(&self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> Result<Vec<EntryIter>>;
+    fn iter(&self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool)
+        -> Result<Vec<EntryIter>>;
     /// Extra write throttling (LevelDB rules); `Stall::None` for kinds that pace by debt alone.
     fn stall(&self) -> Stall {
         Stall::None
@@ -165,7 +170,12 @@ pub trait Index: Send + Sync {
 }
 
 /// Opens (or creates, when `meta` is empty) the index of a kind from its manifest metadata.
-pub fn open_index(kind: &IndexKind, ctx: IndexContext, meta: &[u8], durable_seq: u64) -> Result<Arc<dyn Index>> {
+pub fn open_index(
+    kind: &IndexKind,
+    ctx: IndexContext,
+    meta: &[u8],
+    durable_seq: u64,
+) -> Result<Arc<dyn Index>> {
     Ok(match kind {
         IndexKind::BTree(p) => Arc::new(btree::BTree::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Lsm(p) => Arc::new(lsm::Lsm::open(ctx, p.clone(), meta, durable_seq)?),

@@ -162,7 +162,12 @@ fn encode_snapshot(
     codec::put_bytes(&mut out, index_meta);
     codec::put_u64(&mut out, durable_seq);
     codec::put_u64(&mut out, commits);
-    put_extents(&mut out, allocated.iter().map(|(&start, &pages)| Extent { start, pages }));
+    put_extents(
+        &mut out,
+        allocated
+            .iter()
+            .map(|(&start, &pages)| Extent { start, pages }),
+    );
     out
 }
 
@@ -178,7 +183,13 @@ fn encode_delta(c: &Commit) -> Vec<u8> {
 
 /// A decoded record payload.
 enum Record {
-    Snapshot { config: Vec<u8>, index_meta: Vec<u8>, durable_seq: u64, commits: u64, allocated: Vec<Extent> },
+    Snapshot {
+        config: Vec<u8>,
+        index_meta: Vec<u8>,
+        durable_seq: u64,
+        commits: u64,
+        allocated: Vec<Extent>,
+    },
     Delta(Commit),
 }
 
@@ -191,26 +202,51 @@ fn decode_record(payload: &[u8]) -> Result<Record> {
             let durable_seq = r.u64()?;
             let commits = r.u64()?;
             let allocated = get_extents(&mut r)?;
-            Record::Snapshot { config, index_meta, durable_seq, commits, allocated }
+            Record::Snapshot {
+                config,
+                index_meta,
+                durable_seq,
+                commits,
+                allocated,
+            }
         }
         TAG_DELTA => {
             let index_meta = r.bytes()?.to_vec();
             let durable_seq = r.u64()?;
             let added = get_extents(&mut r)?;
             let freed = get_extents(&mut r)?;
-            Record::Delta(Commit { index_meta, durable_seq, added, freed })
+            Record::Delta(Commit {
+                index_meta,
+                durable_seq,
+                added,
+                freed,
+            })
         }
-        tag => return Err(Error::corruption("manifest record", None, format!("unknown record tag {tag}"))),
+        tag => {
+            return Err(Error::corruption(
+                "manifest record",
+                None,
+                format!("unknown record tag {tag}"),
+            ))
+        }
     };
     if !r.is_empty() {
-        return Err(Error::corruption("manifest record", None, format!("{} trailing bytes", r.remaining())));
+        return Err(Error::corruption(
+            "manifest record",
+            None,
+            format!("{} trailing bytes", r.remaining()),
+        ));
     }
     Ok(rec)
 }
 
 fn extent_end(e: &Extent, what: &dyn Fn() -> String) -> Result<u64> {
     e.start.checked_add(e.pages).ok_or_else(|| {
-        Error::corruption(what(), None, format!("extent at page {} of {} pages overflows", e.start, e.pages))
+        Error::corruption(
+            what(),
+            None,
+            format!("extent at page {} of {} pages overflows", e.start, e.pages),
+        )
     })
 }
 
@@ -254,11 +290,18 @@ fn free_extent(set: &mut BTreeMap<u64, u64>, e: &Extent, what: &dyn Fn() -> Stri
     if e.pages == 0 {
         return Ok(());
     }
-    let Some((&s, &p)) = set.range(..=e.start).next_back().filter(|(&s, &p)| s + p >= end) else {
+    let Some((&s, &p)) = set
+        .range(..=e.start)
+        .next_back()
+        .filter(|(&s, &p)| s + p >= end)
+    else {
         return Err(Error::corruption(
             what(),
             Some(e.start),
-            format!("freeing extent of {} pages that is not (wholly) allocated", e.pages),
+            format!(
+                "freeing extent of {} pages that is not (wholly) allocated",
+                e.pages
+            ),
         ));
     };
     set.remove(&s);
@@ -271,7 +314,11 @@ fn free_extent(set: &mut BTreeMap<u64, u64>, e: &Extent, what: &dyn Fn() -> Stri
     Ok(())
 }
 
-fn apply_extents(set: &mut BTreeMap<u64, u64>, c: &Commit, what: &dyn Fn() -> String) -> Result<()> {
+fn apply_extents(
+    set: &mut BTreeMap<u64, u64>,
+    c: &Commit,
+    what: &dyn Fn() -> String,
+) -> Result<()> {
     for e in &c.added {
         add_extent(set, e, what)?;
     }
@@ -306,7 +353,13 @@ fn check_record_len(len: usize) -> Result<()> {
 
 /// Opens `path` for writing from scratch (truncating a leftover of a crashed attempt).
 fn open_truncated(fs: &dyn Fs, path: &Path) -> Result<Arc<dyn File>> {
-    let file = fs.open(path, OpenMode { create: true, direct: false })?;
+    let file = fs.open(
+        path,
+        OpenMode {
+            create: true,
+            direct: false,
+        },
+    )?;
     if file.len()? != 0 {
         file.set_len(0)?;
     }
@@ -354,17 +407,31 @@ fn install_current(fs: &dyn Fs, dir: &Path, number: u64, counters: &IoCounters) 
 }
 
 fn manifest_files(fs: &dyn Fs, dir: &Path) -> Vec<u64> {
-    let mut v: Vec<u64> =
-        fs.list(dir).unwrap_or_default().iter().filter_map(|n| parse_manifest_file_name(n)).collect();
+    let mut v: Vec<u64> = fs
+        .list(dir)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| parse_manifest_file_name(n))
+        .collect();
     v.sort_unstable();
     v
 }
 
 fn read_whole(fs: &dyn Fs, path: &Path, counters: &IoCounters) -> Result<Vec<u8>> {
-    let file = fs.open(path, OpenMode { create: false, direct: false })?;
+    let file = fs.open(
+        path,
+        OpenMode {
+            create: false,
+            direct: false,
+        },
+    )?;
     let len = file.len()?;
     let len = usize::try_from(len).map_err(|_| {
-        Error::corruption(path.display().to_string(), None, format!("length {len} too large"))
+        Error::corruption(
+            path.display().to_string(),
+            None,
+            format!("length {len} too large"),
+        )
     })?;
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, 0)?;
@@ -383,15 +450,26 @@ struct Loaded {
 
 fn load_log(name: &str, buf: &[u8]) -> Result<Loaded> {
     if buf.len() < MANIFEST_HEADER_LEN || buf[..8] != MANIFEST_MAGIC {
-        return Err(Error::corruption(name, None, "missing or garbled header (not a woods manifest)"));
+        return Err(Error::corruption(
+            name,
+            None,
+            "missing or garbled header (not a woods manifest)",
+        ));
     }
     let major = u16::from_le_bytes([buf[8], buf[9]]);
     if major != MANIFEST_FORMAT_MAJOR {
-        return Err(Error::UnsupportedFormat { found_major: major, supported_major: MANIFEST_FORMAT_MAJOR });
+        return Err(Error::UnsupportedFormat {
+            found_major: major,
+            supported_major: MANIFEST_FORMAT_MAJOR,
+        });
     }
     let page_size = u32::from_le_bytes([buf[12], buf[13], buf[14], buf[15]]);
     let extent_pages = u32::from_le_bytes([buf[16], buf[17], buf[18], buf[19]]);
-    let mut state = ManifestState { page_size, extent_pages, ..ManifestState::default() };
+    let mut state = ManifestState {
+        page_size,
+        extent_pages,
+        ..ManifestState::default()
+    };
     let mut allocated = BTreeMap::new();
     let mut off = MANIFEST_HEADER_LEN;
     let mut snapshot_len = 0;
@@ -402,7 +480,11 @@ fn load_log(name: &str, buf: &[u8]) -> Result<Loaded> {
             NextRecord::End => break false,
             // The snapshot is synced before CURRENT names the log, so it is never torn by a crash.
             NextRecord::Torn(reason) if index == 0 => {
-                return Err(Error::corruption(name, None, format!("snapshot record unreadable: {reason}")))
+                return Err(Error::corruption(
+                    name,
+                    None,
+                    format!("snapshot record unreadable: {reason}"),
+                ))
             }
             NextRecord::Torn(_) => break true,
         };
@@ -412,7 +494,13 @@ fn load_log(name: &str, buf: &[u8]) -> Result<Loaded> {
             other => other,
         })?;
         match rec {
-            Record::Snapshot { config, index_meta, durable_seq, commits, allocated: extents } => {
+            Record::Snapshot {
+                config,
+                index_meta,
+                durable_seq,
+                commits,
+                allocated: extents,
+            } => {
                 allocated.clear();
                 for e in &extents {
                     add_extent(&mut allocated, e, &what)?;
@@ -430,14 +518,27 @@ fn load_log(name: &str, buf: &[u8]) -> Result<Loaded> {
                 state.commits += 1;
             }
             Record::Delta(_) => {
-                return Err(Error::corruption(what(), None, "log does not start with a snapshot"))
+                return Err(Error::corruption(
+                    what(),
+                    None,
+                    "log does not start with a snapshot",
+                ))
             }
         }
         index += 1;
         off = next;
     };
-    state.allocated = allocated.iter().map(|(&start, &pages)| Extent { start, pages }).collect();
-    Ok(Loaded { state, allocated, log_len: off as u64, torn_tail, snapshot_len })
+    state.allocated = allocated
+        .iter()
+        .map(|(&start, &pages)| Extent { start, pages })
+        .collect();
+    Ok(Loaded {
+        state,
+        allocated,
+        log_len: off as u64,
+        torn_tail,
+        snapshot_len,
+    })
 }
 
 impl Manifest {
@@ -458,7 +559,9 @@ impl Manifest {
         counters: Arc<IoCounters>,
     ) -> Result<Manifest> {
         fs.create_dir_all(dir)?;
-        if fs.exists(&dir.join(CURRENT_FILE)) || manifest_files(fs.as_ref(), dir).iter().any(|&n| n != 1) {
+        if fs.exists(&dir.join(CURRENT_FILE))
+            || manifest_files(fs.as_ref(), dir).iter().any(|&n| n != 1)
+        {
             return Err(not_found_or_exists(
                 format!("creating the manifest in {}", dir.display()),
                 io::ErrorKind::AlreadyExists,
@@ -467,7 +570,15 @@ impl Manifest {
         }
         let allocated = BTreeMap::new();
         let snapshot = encode_snapshot(&config, &[], 0, 0, &allocated);
-        let (file, log_len) = write_log(fs.as_ref(), dir, 1, page_size, extent_pages, &snapshot, &counters)?;
+        let (file, log_len) = write_log(
+            fs.as_ref(),
+            dir,
+            1,
+            page_size,
+            extent_pages,
+            &snapshot,
+            &counters,
+        )?;
         install_current(fs.as_ref(), dir, 1, &counters)?;
         Ok(Manifest {
             fs,
@@ -506,7 +617,11 @@ impl Manifest {
     /// A missing or garbled `CURRENT`, a log it names that is missing or has a bad header or
     /// snapshot, and a checksummed delta that frees unallocated pages or allocates allocated
     /// ones are corruption errors; an unknown major version is [`Error::UnsupportedFormat`].
-    pub fn open(fs: Arc<dyn Fs>, dir: &Path, counters: Arc<IoCounters>) -> Result<(Manifest, ManifestState)> {
+    pub fn open(
+        fs: Arc<dyn Fs>,
+        dir: &Path,
+        counters: Arc<IoCounters>,
+    ) -> Result<(Manifest, ManifestState)> {
         let current_path = dir.join(CURRENT_FILE);
         if !fs.exists(&current_path) {
             let logs = manifest_files(fs.as_ref(), dir);
@@ -531,7 +646,10 @@ impl Manifest {
                 Error::corruption(
                     "CURRENT",
                     None,
-                    format!("does not name a manifest log: {:?}", String::from_utf8_lossy(&text)),
+                    format!(
+                        "does not name a manifest log: {:?}",
+                        String::from_utf8_lossy(&text)
+                    ),
                 )
             })?;
         let name = manifest_file_name(number);
@@ -545,7 +663,13 @@ impl Manifest {
         }
         let buf = read_whole(fs.as_ref(), &path, &counters)?;
         let loaded = load_log(&name, &buf)?;
-        let file = fs.open(&path, OpenMode { create: false, direct: false })?;
+        let file = fs.open(
+            &path,
+            OpenMode {
+                create: false,
+                direct: false,
+            },
+        )?;
         // After a process crash the log may hold records that were written but never synced, and
         // CURRENT's last rename may not be durable: make what was read durable before anyone acts
         // on it, or a power cut could take it back after a later commit was acknowledged.
@@ -580,7 +704,9 @@ impl Manifest {
 
     fn check_poisoned(inner: &Inner) -> Result<()> {
         match &inner.poisoned {
-            Some(cause) => Err(Error::ReadOnly { cause: cause.clone() }),
+            Some(cause) => Err(Error::ReadOnly {
+                cause: cause.clone(),
+            }),
             None => Ok(()),
         }
     }
@@ -596,12 +722,22 @@ impl Manifest {
     fn rollover(&self, inner: &mut Inner, snapshot: &[u8]) -> Result<()> {
         let number = inner.number + 1;
         let fs = self.fs.as_ref();
-        let (file, log_len) =
-            write_log(fs, &self.dir, number, self.page_size, self.extent_pages, snapshot, &self.counters)?;
+        let (file, log_len) = write_log(
+            fs,
+            &self.dir,
+            number,
+            self.page_size,
+            self.extent_pages,
+            snapshot,
+            &self.counters,
+        )?;
         install_current(fs, &self.dir, number, &self.counters)?;
         // The new state is durable; removing old logs is housekeeping, and a log left behind by a
         // failure here (or by an earlier crash) is removed by a later rollover.
-        for old in manifest_files(fs, &self.dir).into_iter().filter(|&n| n != number) {
+        for old in manifest_files(fs, &self.dir)
+            .into_iter()
+            .filter(|&n| n != number)
+        {
             let _ = fs.remove(&self.dir.join(manifest_file_name(old)));
         }
         inner.number = number;
@@ -639,10 +775,18 @@ impl Manifest {
         let delta = encode_delta(&c);
         check_record_len(delta.len())?;
         let frame = frame_record(&delta);
-        let limit = self.min_rollover.load(Ordering::Relaxed).max(inner.snapshot_len.saturating_mul(4));
+        let limit = self
+            .min_rollover
+            .load(Ordering::Relaxed)
+            .max(inner.snapshot_len.saturating_mul(4));
         let result = if inner.log_len + frame.len() as u64 > limit {
-            let snapshot =
-                encode_snapshot(&inner.config, &c.index_meta, c.durable_seq, inner.commits + 1, &allocated);
+            let snapshot = encode_snapshot(
+                &inner.config,
+                &c.index_meta,
+                c.durable_seq,
+                inner.commits + 1,
+                &allocated,
+            );
             self.rollover(inner, &snapshot)
         } else {
             self.append(inner, &frame)
@@ -664,7 +808,11 @@ impl Manifest {
             config: inner.config.clone(),
             index_meta: inner.index_meta.clone(),
             durable_seq: inner.durable_seq,
-            allocated: inner.allocated.iter().map(|(&start, &pages)| Extent { start, pages }).collect(),
+            allocated: inner
+                .allocated
+                .iter()
+                .map(|(&start, &pages)| Extent { start, pages })
+                .collect(),
             page_size: self.page_size,
             extent_pages: self.extent_pages,
             commits: inner.commits,
@@ -677,8 +825,13 @@ impl Manifest {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         Self::check_poisoned(inner)?;
-        let snapshot =
-            encode_snapshot(&config, &inner.index_meta, inner.durable_seq, inner.commits, &inner.allocated);
+        let snapshot = encode_snapshot(
+            &config,
+            &inner.index_meta,
+            inner.durable_seq,
+            inner.commits,
+            &inner.allocated,
+        );
         if let Err(e) = self.rollover(inner, &snapshot) {
             return Err(Self::poison(inner, e));
         }

@@ -16,7 +16,15 @@ fn counters() -> Arc<IoCounters> {
 }
 
 fn create(fs: &FaultFs) -> Manifest {
-    Manifest::create(Arc::new(fs.clone()), &dir(), 4096, 256, b"config v1".to_vec(), counters()).unwrap()
+    Manifest::create(
+        Arc::new(fs.clone()),
+        &dir(),
+        4096,
+        256,
+        b"config v1".to_vec(),
+        counters(),
+    )
+    .unwrap()
 }
 
 fn open(fs: &FaultFs) -> Result<(Manifest, ManifestState)> {
@@ -55,11 +63,19 @@ fn history(steps: usize) -> Vec<Step> {
                 e
             })
             .collect();
-        let freed: Vec<Extent> =
-            if i % 4 == 3 && !live.is_empty() { vec![live.remove(0)] } else { Vec::new() };
+        let freed: Vec<Extent> = if i % 4 == 3 && !live.is_empty() {
+            vec![live.remove(0)]
+        } else {
+            Vec::new()
+        };
         live.extend(added.iter().copied());
         let index_meta = (0..(10 + (i * 13) % 90)).map(|j| (i + j) as u8).collect();
-        out.push(Step::Commit(Commit { index_meta, durable_seq: 100 * i as u64, added, freed }));
+        out.push(Step::Commit(Commit {
+            index_meta,
+            durable_seq: 100 * i as u64,
+            added,
+            freed,
+        }));
     }
     out
 }
@@ -105,7 +121,15 @@ fn manifest_create_open_round_trip() {
     let (m, state) = open(&fs).unwrap();
     assert_eq!(state, want);
     assert_eq!(m.state(), want);
-    assert!(Manifest::create(Arc::new(fs.clone()), &dir(), 4096, 256, Vec::new(), counters()).is_err());
+    assert!(Manifest::create(
+        Arc::new(fs.clone()),
+        &dir(),
+        4096,
+        256,
+        Vec::new(),
+        counters()
+    )
+    .is_err());
 }
 
 #[test]
@@ -122,8 +146,13 @@ fn manifest_many_commits_then_reopen_gives_last_state() {
     let (m2, state) = open(&fs).unwrap();
     assert_eq!(state, want);
     // The reopened manifest keeps committing where the old one stopped.
-    m2.commit(Commit { index_meta: b"more".to_vec(), durable_seq: 1 << 40, added: vec![], freed: vec![] })
-        .unwrap();
+    m2.commit(Commit {
+        index_meta: b"more".to_vec(),
+        durable_seq: 1 << 40,
+        added: vec![],
+        freed: vec![],
+    })
+    .unwrap();
     let want2 = m2.state();
     fs.power_cut();
     assert_eq!(open(&fs).unwrap().1, want2);
@@ -143,10 +172,18 @@ fn manifest_rollover_happens_and_reopen_after_it_works() {
             assert_eq!(open(&fs2).unwrap().1, want, "after step {i}");
         }
     }
-    assert!(m.log_number() > 3, "only {} logs: rollover did not happen", m.log_number());
+    assert!(
+        m.log_number() > 3,
+        "only {} logs: rollover did not happen",
+        m.log_number()
+    );
     // Old logs are removed; only the live one is left.
-    let logs: Vec<String> =
-        fs.list(&dir()).unwrap().into_iter().filter(|n| n.starts_with("MANIFEST-")).collect();
+    let logs: Vec<String> = fs
+        .list(&dir())
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with("MANIFEST-"))
+        .collect();
     assert_eq!(logs, vec![manifest_file_name(m.log_number())]);
     assert!(!fs.exists(&dir().join(CURRENT_TMP_FILE)));
     let want = m.state();
@@ -163,7 +200,13 @@ fn manifest_rollover_threshold_is_four_times_the_snapshot() {
     m.set_config(vec![7u8; 4000]).unwrap();
     let number = m.log_number();
     for i in 0..5 {
-        m.commit(Commit { index_meta: vec![1; 100], durable_seq: i, added: vec![], freed: vec![] }).unwrap();
+        m.commit(Commit {
+            index_meta: vec![1; 100],
+            durable_seq: i,
+            added: vec![],
+            freed: vec![],
+        })
+        .unwrap();
     }
     assert_eq!(m.log_number(), number);
 }
@@ -189,7 +232,10 @@ fn manifest_power_cut_at_every_operation_recovers_a_committed_state() {
             let fs = FaultFs::new();
             let m = create(&fs);
             m.set_min_rollover_bytes(500);
-            fs.set_plan(FaultPlan { fail_op: Some(n), sticky: true });
+            fs.set_plan(FaultPlan {
+                fail_op: Some(n),
+                sticky: true,
+            });
             let mut last_ok = 0;
             let mut failed_at = None;
             for (i, s) in steps.iter().enumerate() {
@@ -203,7 +249,10 @@ fn manifest_power_cut_at_every_operation_recovers_a_committed_state() {
             }
             if failed_at.is_some() {
                 assert!(m.poisoned());
-                assert!(matches!(m.commit(Commit::default()), Err(Error::ReadOnly { .. })));
+                assert!(matches!(
+                    m.commit(Commit::default()),
+                    Err(Error::ReadOnly { .. })
+                ));
                 assert!(m.set_config(Vec::new()).is_err());
             } else {
                 assert_eq!(n, total_ops);
@@ -224,12 +273,20 @@ fn manifest_power_cut_at_every_operation_recovers_a_committed_state() {
                 "{crash} at op {n}: recovered {got:?}, last ok state {last_ok}, failed at {failed_at:?}"
             );
             // The recovered manifest takes new commits (after cutting any torn tail), durably.
-            let next =
-                Commit { index_meta: b"after".to_vec(), durable_seq: 999_999, added: vec![], freed: vec![] };
+            let next = Commit {
+                index_meta: b"after".to_vec(),
+                durable_seq: 999_999,
+                added: vec![],
+                freed: vec![],
+            };
             m2.commit(next).unwrap();
             let want = m2.state();
             fs.power_cut();
-            assert_eq!(open(&fs).unwrap().1, want, "{crash} at op {n}: commit after recovery");
+            assert_eq!(
+                open(&fs).unwrap().1,
+                want,
+                "{crash} at op {n}: commit after recovery"
+            );
         }
     }
 }
@@ -238,7 +295,10 @@ fn manifest_power_cut_at_every_operation_recovers_a_committed_state() {
 fn manifest_flipped_byte_in_tail_record_drops_just_that_record() {
     let fs = FaultFs::new();
     let m = create(&fs);
-    let steps: Vec<Step> = history(6).into_iter().filter(|s| matches!(s, Step::Commit(_))).collect();
+    let steps: Vec<Step> = history(6)
+        .into_iter()
+        .filter(|s| matches!(s, Step::Commit(_)))
+        .collect();
     let mut states = vec![m.state()];
     let mut ends = vec![fs.file_len(&log_path(1)).unwrap()];
     for s in &steps {
@@ -260,7 +320,12 @@ fn manifest_flipped_byte_in_tail_record_drops_just_that_record() {
     let (m2, got) = open(&fs).unwrap();
     assert_eq!(got, states[2]);
     // The next commit cuts the bad bytes and appends after the valid prefix.
-    let c = Commit { index_meta: b"x".to_vec(), durable_seq: 5, added: vec![ext(10_000, 3)], freed: vec![] };
+    let c = Commit {
+        index_meta: b"x".to_vec(),
+        durable_seq: 5,
+        added: vec![ext(10_000, 3)],
+        freed: vec![],
+    };
     m2.commit(c).unwrap();
     assert!(fs.file_len(&log_path(1)).unwrap() < ends[last]);
     let want = m2.state();
@@ -275,15 +340,24 @@ fn manifest_unknown_major_version_is_unsupported() {
     let f = fs.open(&log_path(1), OpenMode::default()).unwrap();
     f.write_all_at(&7u16.to_le_bytes(), 8).unwrap();
     match open(&fs) {
-        Err(Error::UnsupportedFormat { found_major: 7, supported_major: 1 }) => {}
-        other => panic!("expected UnsupportedFormat, got {:?}", other.map(|(_, s)| s)),
+        Err(Error::UnsupportedFormat {
+            found_major: 7,
+            supported_major: 1,
+        }) => {}
+        other => panic!(
+            "expected UnsupportedFormat, got {:?}",
+            other.map(|(_, s)| s)
+        ),
     }
 }
 
 fn expect_corruption(r: Result<(Manifest, ManifestState)>, needle: &str) {
     match r {
         Err(e @ Error::Corruption { .. }) => {
-            assert!(e.to_string().contains(needle), "error {e} does not mention {needle:?}")
+            assert!(
+                e.to_string().contains(needle),
+                "error {e} does not mention {needle:?}"
+            )
         }
         Err(e) => panic!("expected corruption mentioning {needle:?}, got {e}"),
         Ok((_, s)) => panic!("expected corruption mentioning {needle:?}, opened {s:?}"),
@@ -297,14 +371,24 @@ fn manifest_open_refuses_what_is_not_a_database() {
     expect_corruption(open(&fs), "not a woods database");
 
     // A log without CURRENT: creation cut short, or a damaged database.
-    let f = fs.open(&log_path(1), OpenMode { create: true, direct: false }).unwrap();
+    let f = fs
+        .open(
+            &log_path(1),
+            OpenMode {
+                create: true,
+                direct: false,
+            },
+        )
+        .unwrap();
     f.write_all_at(b"partial", 0).unwrap();
     expect_corruption(open(&fs), "CURRENT is missing");
     // create starts over from such a leftover.
     drop(create(&fs));
     assert_eq!(open(&fs).unwrap().1.config, b"config v1".to_vec());
 
-    let cur = fs.open(&dir().join(CURRENT_FILE), OpenMode::default()).unwrap();
+    let cur = fs
+        .open(&dir().join(CURRENT_FILE), OpenMode::default())
+        .unwrap();
     cur.set_len(0).unwrap();
     cur.write_all_at(b"garbage\n", 0).unwrap();
     expect_corruption(open(&fs), "CURRENT");
@@ -328,17 +412,48 @@ fn manifest_bad_header_or_snapshot_is_corruption() {
 fn manifest_invalid_commit_is_refused_and_changes_nothing() {
     let fs = FaultFs::new();
     let m = create(&fs);
-    m.commit(Commit { index_meta: vec![1], durable_seq: 1, added: vec![ext(10, 5)], freed: vec![] }).unwrap();
+    m.commit(Commit {
+        index_meta: vec![1],
+        durable_seq: 1,
+        added: vec![ext(10, 5)],
+        freed: vec![],
+    })
+    .unwrap();
     let before = m.state();
     let bad = [
-        Commit { added: vec![ext(12, 1)], ..Commit::default() },
-        Commit { added: vec![ext(5, 6)], ..Commit::default() },
-        Commit { added: vec![ext(14, 4)], ..Commit::default() },
-        Commit { freed: vec![ext(9, 2)], ..Commit::default() },
-        Commit { freed: vec![ext(14, 2)], ..Commit::default() },
-        Commit { freed: vec![ext(20, 1)], ..Commit::default() },
-        Commit { added: vec![ext(u64::MAX, 2)], ..Commit::default() },
-        Commit { added: vec![ext(30, 1)], freed: vec![ext(30, 1), ext(30, 1)], ..Commit::default() },
+        Commit {
+            added: vec![ext(12, 1)],
+            ..Commit::default()
+        },
+        Commit {
+            added: vec![ext(5, 6)],
+            ..Commit::default()
+        },
+        Commit {
+            added: vec![ext(14, 4)],
+            ..Commit::default()
+        },
+        Commit {
+            freed: vec![ext(9, 2)],
+            ..Commit::default()
+        },
+        Commit {
+            freed: vec![ext(14, 2)],
+            ..Commit::default()
+        },
+        Commit {
+            freed: vec![ext(20, 1)],
+            ..Commit::default()
+        },
+        Commit {
+            added: vec![ext(u64::MAX, 2)],
+            ..Commit::default()
+        },
+        Commit {
+            added: vec![ext(30, 1)],
+            freed: vec![ext(30, 1), ext(30, 1)],
+            ..Commit::default()
+        },
     ];
     for c in bad {
         match m.commit(c.clone()) {
@@ -356,10 +471,19 @@ fn manifest_invalid_commit_is_refused_and_changes_nothing() {
 fn manifest_checksummed_invalid_delta_on_disk_is_corruption_naming_the_record() {
     let fs = FaultFs::new();
     let m = create(&fs);
-    m.commit(Commit { index_meta: vec![1], durable_seq: 1, added: vec![ext(10, 5)], freed: vec![] }).unwrap();
+    m.commit(Commit {
+        index_meta: vec![1],
+        durable_seq: 1,
+        added: vec![ext(10, 5)],
+        freed: vec![],
+    })
+    .unwrap();
     drop(m);
     let end = fs.file_len(&log_path(1)).unwrap();
-    let bad = frame_record(&encode_delta(&Commit { freed: vec![ext(40, 1)], ..Commit::default() }));
+    let bad = frame_record(&encode_delta(&Commit {
+        freed: vec![ext(40, 1)],
+        ..Commit::default()
+    }));
     let f = fs.open(&log_path(1), OpenMode::default()).unwrap();
     f.write_all_at(&bad, end).unwrap();
     expect_corruption(open(&fs), "record 2");
@@ -380,9 +504,17 @@ fn manifest_allocated_set_matches_a_page_model() {
         let all_free = model[range.clone()].iter().all(|&a| !a);
         let all_used = model[range.clone()].iter().all(|&a| a);
         let c = if rng.gen_bool(0.5) {
-            Commit { added: vec![ext(start, pages)], durable_seq: round, ..Commit::default() }
+            Commit {
+                added: vec![ext(start, pages)],
+                durable_seq: round,
+                ..Commit::default()
+            }
         } else {
-            Commit { freed: vec![ext(start, pages)], durable_seq: round, ..Commit::default() }
+            Commit {
+                freed: vec![ext(start, pages)],
+                durable_seq: round,
+                ..Commit::default()
+            }
         };
         let adding = !c.added.is_empty();
         let valid = if adding { all_free } else { all_used };
@@ -415,10 +547,23 @@ fn manifest_allocated_set_matches_a_page_model() {
 fn manifest_counts_its_io_as_manifest() {
     let fs = FaultFs::new();
     let c = counters();
-    let m = Manifest::create(Arc::new(fs.clone()), &dir(), 4096, 256, Vec::new(), c.clone()).unwrap();
-    m.commit(Commit { index_meta: vec![1; 50], ..Commit::default() }).unwrap();
+    let m = Manifest::create(
+        Arc::new(fs.clone()),
+        &dir(),
+        4096,
+        256,
+        Vec::new(),
+        c.clone(),
+    )
+    .unwrap();
+    m.commit(Commit {
+        index_meta: vec![1; 50],
+        ..Commit::default()
+    })
+    .unwrap();
     let snap = c.snapshot();
-    let on_disk = fs.file_len(&log_path(1)).unwrap() + fs.file_len(&dir().join(CURRENT_FILE)).unwrap();
+    let on_disk =
+        fs.file_len(&log_path(1)).unwrap() + fs.file_len(&dir().join(CURRENT_FILE)).unwrap();
     assert_eq!(snap.written(Purpose::Manifest), on_disk);
     assert_eq!(snap.total_written(), on_disk);
     assert!(snap.syncs >= 5);

@@ -67,7 +67,13 @@ impl Memtable {
         if kind == Kind::Merge {
             self.has_merge.store(true, AtOrd::Relaxed);
         }
-        self.map.insert(MemKey { key: Arc::from(key), seq }, (kind, Arc::from(value)));
+        self.map.insert(
+            MemKey {
+                key: Arc::from(key),
+                seq,
+            },
+            (kind, Arc::from(value)),
+        );
     }
 
     /// Approximate memory charged (keys, values and per-entry overhead).
@@ -99,13 +105,21 @@ impl Memtable {
     /// Versions of `key` with seq <= `max_seq`, newest first, up to and including the first Put
     /// or Delete.
     pub fn get(&self, key: &[u8], max_seq: u64, out: &mut Vec<Entry>) -> bool {
-        let start = MemKey { key: Arc::from(key), seq: max_seq };
+        let start = MemKey {
+            key: Arc::from(key),
+            seq: max_seq,
+        };
         for e in self.map.range(start..) {
             if &*e.key().key != key {
                 break;
             }
             let (kind, value) = e.value();
-            out.push(Entry { key: e.key().key.clone(), seq: e.key().seq, kind: *kind, value: value.clone() });
+            out.push(Entry {
+                key: e.key().key.clone(),
+                seq: e.key().seq,
+                kind: *kind,
+                value: value.clone(),
+            });
             if *kind != Kind::Merge {
                 return true;
             }
@@ -117,28 +131,57 @@ impl Memtable {
     pub fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
         self.map.iter().map(|e| {
             let (kind, value) = e.value();
-            Entry { key: e.key().key.clone(), seq: e.key().seq, kind: *kind, value: value.clone() }
+            Entry {
+                key: e.key().key.clone(),
+                seq: e.key().seq,
+                kind: *kind,
+                value: value.clone(),
+            }
         })
     }
 
     /// An owning iterator over all versions with keys within the bounds, forward or reversed.
-    pub fn iter(self: &Arc<Self>, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> MemIter {
-        MemIter { mem: self.clone(), lo: to_mem_lo(lo), hi: to_mem_hi(hi), buf: Vec::new(), done: false, reverse }
+    pub fn iter(
+        self: &Arc<Self>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> MemIter {
+        MemIter {
+            mem: self.clone(),
+            lo: to_mem_lo(lo),
+            hi: to_mem_hi(hi),
+            buf: Vec::new(),
+            done: false,
+            reverse,
+        }
     }
 }
 
 fn to_mem_lo(b: Bound<Vec<u8>>) -> Bound<MemKey> {
     match b {
-        Bound::Included(k) => Bound::Included(MemKey { key: Arc::from(k), seq: MAX_SEQ + 1 }),
-        Bound::Excluded(k) => Bound::Excluded(MemKey { key: Arc::from(k), seq: 0 }),
+        Bound::Included(k) => Bound::Included(MemKey {
+            key: Arc::from(k),
+            seq: MAX_SEQ + 1,
+        }),
+        Bound::Excluded(k) => Bound::Excluded(MemKey {
+            key: Arc::from(k),
+            seq: 0,
+        }),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
 
 fn to_mem_hi(b: Bound<Vec<u8>>) -> Bound<MemKey> {
     match b {
-        Bound::Included(k) => Bound::Included(MemKey { key: Arc::from(k), seq: 0 }),
-        Bound::Excluded(k) => Bound::Excluded(MemKey { key: Arc::from(k), seq: MAX_SEQ + 1 }),
+        Bound::Included(k) => Bound::Included(MemKey {
+            key: Arc::from(k),
+            seq: 0,
+        }),
+        Bound::Excluded(k) => Bound::Excluded(MemKey {
+            key: Arc::from(k),
+            seq: MAX_SEQ + 1,
+        }),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
@@ -162,15 +205,26 @@ impl MemIter {
         let range = self.mem.map.range((self.lo.clone(), self.hi.clone()));
         let take = |e: crossbeam_skiplist::map::Entry<'_, MemKey, (Kind, Arc<[u8]>)>| {
             let (kind, value) = e.value();
-            Entry { key: e.key().key.clone(), seq: e.key().seq, kind: *kind, value: value.clone() }
+            Entry {
+                key: e.key().key.clone(),
+                seq: e.key().seq,
+                kind: *kind,
+                value: value.clone(),
+            }
         };
-        let mut got: Vec<Entry> =
-            if self.reverse { range.rev().take(REFILL).map(take).collect() } else { range.take(REFILL).map(take).collect() };
+        let mut got: Vec<Entry> = if self.reverse {
+            range.rev().take(REFILL).map(take).collect()
+        } else {
+            range.take(REFILL).map(take).collect()
+        };
         if got.len() < REFILL {
             self.done = true;
         }
         if let Some(last) = got.last() {
-            let k = MemKey { key: last.key.clone(), seq: last.seq };
+            let k = MemKey {
+                key: last.key.clone(),
+                seq: last.seq,
+            };
             if self.reverse {
                 self.hi = Bound::Excluded(k);
             } else {

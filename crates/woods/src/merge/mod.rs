@@ -32,8 +32,13 @@ impl PartialOrd for HeapItem {
 impl Ord for HeapItem {
     fn cmp(&self, other: &Self) -> Ordering {
         // BinaryHeap is a max-heap: invert so the smallest (forward) or largest (reverse) pops.
-        let o = cmp_entries(&self.entry.key, self.entry.seq, &other.entry.key, other.entry.seq)
-            .then(self.src.cmp(&other.src));
+        let o = cmp_entries(
+            &self.entry.key,
+            self.entry.seq,
+            &other.entry.key,
+            other.entry.seq,
+        )
+        .then(self.src.cmp(&other.src));
         if self.reverse {
             o
         } else {
@@ -55,12 +60,23 @@ pub struct MergeIter {
 
 impl MergeIter {
     pub fn new(sources: Vec<EntryIter>, reverse: bool) -> MergeIter {
-        MergeIter { sources, heap: BinaryHeap::new(), reverse, started: false, last: None, failed: false }
+        MergeIter {
+            sources,
+            heap: BinaryHeap::new(),
+            reverse,
+            started: false,
+            last: None,
+            failed: false,
+        }
     }
 
     fn pull(&mut self, src: usize) -> Result<()> {
         if let Some(r) = self.sources[src].next() {
-            self.heap.push(HeapItem { entry: r?, src, reverse: self.reverse });
+            self.heap.push(HeapItem {
+                entry: r?,
+                src,
+                reverse: self.reverse,
+            });
         }
         Ok(())
     }
@@ -126,7 +142,11 @@ pub fn resolve(
         ));
     };
     operands.reverse();
-    Ok(Some(Arc::from(op.full_merge(key, base.map(|b| &b[..]), &operands))))
+    Ok(Some(Arc::from(op.full_merge(
+        key,
+        base.map(|b| &b[..]),
+        &operands,
+    ))))
 }
 
 /// Turns a merged stream of all versions into what a reader at `seq` sees: one `(key, value)`
@@ -140,8 +160,19 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    pub fn new(input: EntryIter, seq: u64, merge_op: Option<Arc<dyn MergeOperator>>, reverse: bool) -> Resolver {
-        Resolver { input: input.peekable(), seq, merge_op, reverse, group: Vec::new() }
+    pub fn new(
+        input: EntryIter,
+        seq: u64,
+        merge_op: Option<Arc<dyn MergeOperator>>,
+        reverse: bool,
+    ) -> Resolver {
+        Resolver {
+            input: input.peekable(),
+            seq,
+            merge_op,
+            reverse,
+            group: Vec::new(),
+        }
     }
 }
 
@@ -212,15 +243,29 @@ pub fn compact_versions(
                 (Some(b), Some(op)) => {
                     let mut ops: Vec<&[u8]> = group[..b].iter().map(|v| &v.value[..]).collect();
                     ops.reverse();
-                    let base = if group[b].kind == Kind::Put { Some(&group[b].value[..]) } else { None };
+                    let base = if group[b].kind == Kind::Put {
+                        Some(&group[b].value[..])
+                    } else {
+                        None
+                    };
                     let v = op.full_merge(&newest.key, base, &ops);
-                    out.push(Entry { key: newest.key.clone(), seq: newest.seq, kind: Kind::Put, value: Arc::from(v) });
+                    out.push(Entry {
+                        key: newest.key.clone(),
+                        seq: newest.seq,
+                        kind: Kind::Put,
+                        value: Arc::from(v),
+                    });
                 }
                 (None, Some(op)) if nothing_older => {
                     let mut ops: Vec<&[u8]> = group.iter().map(|v| &v.value[..]).collect();
                     ops.reverse();
                     let v = op.full_merge(&newest.key, None, &ops);
-                    out.push(Entry { key: newest.key.clone(), seq: newest.seq, kind: Kind::Put, value: Arc::from(v) });
+                    out.push(Entry {
+                        key: newest.key.clone(),
+                        seq: newest.seq,
+                        kind: Kind::Put,
+                        value: Arc::from(v),
+                    });
                 }
                 (Some(b), None) => out.extend(group[..=b].iter().cloned()),
                 _ => out.extend(group.iter().cloned()),
@@ -247,8 +292,19 @@ pub struct Compactor<I: Iterator<Item = Result<Entry>>> {
 }
 
 impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
-    pub fn new(input: I, snapshots: Vec<u64>, bottom: bool, merge_op: Option<Arc<dyn MergeOperator>>) -> Self {
-        Compactor { input: input.peekable(), snapshots, bottom, merge_op, pending: Default::default() }
+    pub fn new(
+        input: I,
+        snapshots: Vec<u64>,
+        bottom: bool,
+        merge_op: Option<Arc<dyn MergeOperator>>,
+    ) -> Self {
+        Compactor {
+            input: input.peekable(),
+            snapshots,
+            bottom,
+            merge_op,
+            pending: Default::default(),
+        }
     }
 }
 
@@ -308,7 +364,12 @@ mod tests {
     #[test]
     fn stripes_keep_snapshot_versions() {
         let op: Arc<dyn MergeOperator> = Arc::new(Concat);
-        let vs = vec![e(9, Kind::Merge, "c"), e(7, Kind::Put, "b"), e(5, Kind::Delete, ""), e(2, Kind::Put, "a")];
+        let vs = vec![
+            e(9, Kind::Merge, "c"),
+            e(7, Kind::Put, "b"),
+            e(5, Kind::Delete, ""),
+            e(2, Kind::Put, "a"),
+        ];
         let kept = compact_versions(&vs, &[6], true, Some(&op)).unwrap_or_default();
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert_eq!(&*kept[0].value, b"bc");
@@ -322,10 +383,21 @@ mod tests {
 
     #[test]
     fn merge_dedups_and_orders() {
-        let a: Vec<Result<Entry>> = vec![Ok(Entry::new(b"a", 2, Kind::Put, b"")), Ok(Entry::new(b"c", 1, Kind::Put, b""))];
-        let b: Vec<Result<Entry>> = vec![Ok(Entry::new(b"a", 2, Kind::Put, b"")), Ok(Entry::new(b"b", 5, Kind::Put, b""))];
-        let m = MergeIter::new(vec![Box::new(a.into_iter()), Box::new(b.into_iter())], false);
-        let keys: Vec<Vec<u8>> = m.map(|e| e.map(|e| e.key.to_vec()).unwrap_or_default()).collect();
+        let a: Vec<Result<Entry>> = vec![
+            Ok(Entry::new(b"a", 2, Kind::Put, b"")),
+            Ok(Entry::new(b"c", 1, Kind::Put, b"")),
+        ];
+        let b: Vec<Result<Entry>> = vec![
+            Ok(Entry::new(b"a", 2, Kind::Put, b"")),
+            Ok(Entry::new(b"b", 5, Kind::Put, b"")),
+        ];
+        let m = MergeIter::new(
+            vec![Box::new(a.into_iter()), Box::new(b.into_iter())],
+            false,
+        );
+        let keys: Vec<Vec<u8>> = m
+            .map(|e| e.map(|e| e.key.to_vec()).unwrap_or_default())
+            .collect();
         assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
     }
 }

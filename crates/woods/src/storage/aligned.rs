@@ -22,7 +22,10 @@ impl AlignedBuf {
     /// allocation, but the buffer reports `len`).
     pub fn zeroed(len: usize) -> AlignedBuf {
         if len == 0 {
-            return AlignedBuf { ptr: NonNull::dangling(), len: 0 };
+            return AlignedBuf {
+                ptr: NonNull::dangling(),
+                len: 0,
+            };
         }
         let layout = Self::layout(len);
         // SAFETY: layout has non-zero size.

@@ -41,7 +41,14 @@ pub struct Allocator {
 impl Allocator {
     /// An allocator for a new file whose pages below `first_page` are reserved (the header).
     pub fn new(first_page: u64) -> Allocator {
-        Allocator { state: Mutex::new(State { free: BTreeMap::new(), end: first_page, free_pages: 0 }), first_page }
+        Allocator {
+            state: Mutex::new(State {
+                free: BTreeMap::new(),
+                end: first_page,
+                free_pages: 0,
+            }),
+            first_page,
+        }
     }
 
     /// Rebuilds the allocator from the set of allocated extents (in any order, non-overlapping).
@@ -58,13 +65,24 @@ impl Allocator {
             }
             pos = pos.max(e.end());
         }
-        Allocator { state: Mutex::new(State { free, end: pos, free_pages }), first_page }
+        Allocator {
+            state: Mutex::new(State {
+                free,
+                end: pos,
+                free_pages,
+            }),
+            first_page,
+        }
     }
 
     /// A contiguous extent of `pages` pages: the lowest free range that fits, else the file's end.
     pub fn alloc(&self, pages: u64) -> Extent {
         let mut s = self.state.lock();
-        let found = s.free.iter().find(|(_, &len)| len >= pages).map(|(&st, &len)| (st, len));
+        let found = s
+            .free
+            .iter()
+            .find(|(_, &len)| len >= pages)
+            .map(|(&st, &len)| (st, len));
         if let Some((start, len)) = found {
             s.free.remove(&start);
             if len > pages {
@@ -93,7 +111,9 @@ impl Allocator {
         {
             let mut s = self.state.lock();
             while pages > 0 {
-                let Some((&start, &len)) = s.free.iter().next() else { break };
+                let Some((&start, &len)) = s.free.iter().next() else {
+                    break;
+                };
                 s.free.remove(&start);
                 let take = len.min(pages);
                 if len > take {
@@ -119,7 +139,11 @@ impl Allocator {
         let mut start = e.start;
         let mut len = e.pages;
         if let Some((&ps, &pl)) = s.free.range(..start).next_back() {
-            debug_assert!(ps + pl <= start, "double free of pages {start}..{}", start + len);
+            debug_assert!(
+                ps + pl <= start,
+                "double free of pages {start}..{}",
+                start + len
+            );
             if ps + pl == start {
                 s.free.remove(&ps);
                 start = ps;
@@ -169,7 +193,16 @@ mod tests {
 
     #[test]
     fn rebuild_from_allocated() {
-        let a = Allocator::from_allocated(1, &[Extent { start: 10, pages: 2 }, Extent { start: 3, pages: 1 }]);
+        let a = Allocator::from_allocated(
+            1,
+            &[
+                Extent {
+                    start: 10,
+                    pages: 2,
+                },
+                Extent { start: 3, pages: 1 },
+            ],
+        );
         assert_eq!(a.end(), 12);
         assert_eq!(a.free_pages(), 2 + 6);
         let parts = a.alloc_scattered(9);

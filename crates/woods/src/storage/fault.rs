@@ -52,7 +52,10 @@ impl State {
         if hit {
             self.failed = true;
             self.injected += 1;
-            return Err(Error::io(what.to_string(), io::Error::other("injected fault")));
+            return Err(Error::io(
+                what.to_string(),
+                io::Error::other("injected fault"),
+            ));
         }
         Ok(())
     }
@@ -87,7 +90,10 @@ impl Drop for FaultLock {
 }
 
 fn dead(name: &str) -> Error {
-    Error::io(format!("using {name}"), io::Error::other("file handle from before a simulated crash"))
+    Error::io(
+        format!("using {name}"),
+        io::Error::other("file handle from before a simulated crash"),
+    )
 }
 
 impl FaultFs {
@@ -141,8 +147,12 @@ impl FaultFs {
     /// Flips one byte of a file's current and durable contents (for corruption tests).
     pub fn flip_byte(&self, path: &Path, off: u64) -> bool {
         let mut s = self.state.lock();
-        let Some(&id) = s.dir_current.get(path) else { return false };
-        let Some(f) = s.files.get_mut(&id) else { return false };
+        let Some(&id) = s.dir_current.get(path) else {
+            return false;
+        };
+        let Some(f) = s.files.get_mut(&id) else {
+            return false;
+        };
         let off = off as usize;
         if off >= f.current.len() {
             return false;
@@ -237,8 +247,12 @@ impl Fs for FaultFs {
         let mut s = self.state.lock();
         s.check_fault(&format!("syncing directory {}", dir.display()))?;
         let in_dir = |p: &PathBuf| p.parent() == Some(dir);
-        let mut durable: BTreeMap<PathBuf, u64> =
-            s.dir_durable.iter().filter(|(p, _)| !in_dir(p)).map(|(p, id)| (p.clone(), *id)).collect();
+        let mut durable: BTreeMap<PathBuf, u64> = s
+            .dir_durable
+            .iter()
+            .filter(|(p, _)| !in_dir(p))
+            .map(|(p, id)| (p.clone(), *id))
+            .collect();
         for (p, id) in s.dir_current.iter().filter(|(p, _)| in_dir(p)) {
             durable.insert(p.clone(), *id);
         }
@@ -250,9 +264,15 @@ impl Fs for FaultFs {
         let mut s = self.state.lock();
         if !s.locks.insert(path.to_path_buf()) {
             let dir = path.parent().unwrap_or(path);
-            return Err(Error::Locked { path: dir.display().to_string() });
+            return Err(Error::Locked {
+                path: dir.display().to_string(),
+            });
         }
-        Ok(Box::new(FaultLock { state: self.state.clone(), path: path.to_path_buf(), generation: s.generation }))
+        Ok(Box::new(FaultLock {
+            state: self.state.clone(),
+            path: path.to_path_buf(),
+            generation: s.generation,
+        }))
     }
 }
 
@@ -316,14 +336,23 @@ impl File for FaultFile {
     }
 
     fn len(&self) -> Result<u64> {
-        self.with(|s, id| Ok(s.files.get(&id).map(|f| f.current.len() as u64).unwrap_or(0)))
+        self.with(|s, id| {
+            Ok(s.files
+                .get(&id)
+                .map(|f| f.current.len() as u64)
+                .unwrap_or(0))
+        })
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
         let name = self.name.clone();
         self.with(|s, id| {
             s.check_fault(&format!("resizing {name}"))?;
-            s.files.entry(id).or_default().current.resize(len as usize, 0);
+            s.files
+                .entry(id)
+                .or_default()
+                .current
+                .resize(len as usize, 0);
             Ok(())
         })
     }

@@ -4,8 +4,8 @@
 //! On top of it, [`PageFile`] addresses the data file in 4 KiB pages, counts every device read and
 //! write by purpose, and hands out page ranges through the [`Allocator`].
 
-mod alloc;
 mod aligned;
+mod alloc;
 mod fault;
 mod pagefile;
 mod real;
@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use alloc::{Allocator, Extent};
 pub use aligned::AlignedBuf;
+pub use alloc::{Allocator, Extent};
 pub use fault::{FaultFs, FaultPlan};
 pub use pagefile::{seal_page, verify, PageFile, PAGE_BODY, PAGE_SIZE};
 pub use real::RealFs;
@@ -79,7 +79,13 @@ pub enum Purpose {
 }
 
 impl Purpose {
-    pub const ALL: [Purpose; 5] = [Purpose::Wal, Purpose::Flush, Purpose::Merge, Purpose::UserRead, Purpose::Manifest];
+    pub const ALL: [Purpose; 5] = [
+        Purpose::Wal,
+        Purpose::Flush,
+        Purpose::Merge,
+        Purpose::UserRead,
+        Purpose::Manifest,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Purpose::Wal => "wal",

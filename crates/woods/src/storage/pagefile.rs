@@ -31,8 +31,18 @@ pub fn seal_page(page: u64, buf: &mut [u8]) {
 }
 
 impl PageFile {
-    pub fn new(file: Arc<dyn File>, cache: Cache, alloc: Allocator, counters: Arc<IoCounters>) -> PageFile {
-        PageFile { file, cache, alloc, counters }
+    pub fn new(
+        file: Arc<dyn File>,
+        cache: Cache,
+        alloc: Allocator,
+        counters: Arc<IoCounters>,
+    ) -> PageFile {
+        PageFile {
+            file,
+            cache,
+            alloc,
+            counters,
+        }
     }
 
     pub fn alloc(&self) -> &Allocator {
@@ -73,7 +83,8 @@ impl PageFile {
     /// Reads `n` contiguous pages in one device request, verifying each; not cached.
     pub fn read_many(&self, start: u64, n: usize, purpose: Purpose) -> Result<AlignedBuf> {
         let mut buf = AlignedBuf::zeroed(n * PAGE_SIZE);
-        self.file.read_exact_at(&mut buf, start * PAGE_SIZE as u64)?;
+        self.file
+            .read_exact_at(&mut buf, start * PAGE_SIZE as u64)?;
         self.counters.record_read(purpose, n * PAGE_SIZE);
         for i in 0..n {
             verify(start + i as u64, &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])?;
@@ -87,7 +98,10 @@ impl PageFile {
         debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
         let n = buf.len() / PAGE_SIZE;
         for i in 0..n {
-            seal_page(start + i as u64, &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE]);
+            seal_page(
+                start + i as u64,
+                &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE],
+            );
             self.cache.invalidate(start + i as u64);
         }
         self.file.write_all_at(&buf, start * PAGE_SIZE as u64)?;
@@ -100,7 +114,11 @@ impl PageFile {
         let mut off = 0;
         for e in extents {
             let len = e.pages as usize * PAGE_SIZE;
-            self.write(e.start, AlignedBuf::from_slice(&buf[off..off + len]), purpose)?;
+            self.write(
+                e.start,
+                AlignedBuf::from_slice(&buf[off..off + len]),
+                purpose,
+            )?;
             off += len;
         }
         Ok(())
@@ -118,7 +136,12 @@ impl PageFile {
 
 /// Checks a page's checksum.
 pub fn verify(page: u64, buf: &[u8]) -> Result<()> {
-    let stored = u32::from_le_bytes([buf[PAGE_BODY], buf[PAGE_BODY + 1], buf[PAGE_BODY + 2], buf[PAGE_BODY + 3]]);
+    let stored = u32::from_le_bytes([
+        buf[PAGE_BODY],
+        buf[PAGE_BODY + 1],
+        buf[PAGE_BODY + 2],
+        buf[PAGE_BODY + 3],
+    ]);
     let got = page_crc(page, &buf[..PAGE_BODY]);
     if stored != got {
         return Err(Error::corruption(

@@ -41,15 +41,25 @@ impl Fs for RealFs {
             od.custom_flags(libc::O_DIRECT);
             match od.open(path) {
                 Ok(file) => {
-                    return Ok(Arc::new(RealFile { file, direct: true, name: path.display().to_string() }))
+                    return Ok(Arc::new(RealFile {
+                        file,
+                        direct: true,
+                        name: path.display().to_string(),
+                    }))
                 }
                 // File systems without direct I/O (tmpfs) refuse the flag: fall back cleanly.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
                 Err(e) => return Err(Error::io(ctx("opening", path), e)),
             }
         }
-        let file = o.open(path).map_err(|e| Error::io(ctx("opening", path), e))?;
-        Ok(Arc::new(RealFile { file, direct: false, name: path.display().to_string() }))
+        let file = o
+            .open(path)
+            .map_err(|e| Error::io(ctx("opening", path), e))?;
+        Ok(Arc::new(RealFile {
+            file,
+            direct: false,
+            name: path.display().to_string(),
+        }))
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -78,7 +88,8 @@ impl Fs for RealFs {
 
     fn sync_dir(&self, dir: &Path) -> Result<()> {
         let d = fs::File::open(dir).map_err(|e| Error::io(ctx("opening directory", dir), e))?;
-        d.sync_all().map_err(|e| Error::io(ctx("syncing directory", dir), e))
+        d.sync_all()
+            .map_err(|e| Error::io(ctx("syncing directory", dir), e))
     }
 
     fn lock(&self, path: &Path) -> Result<Box<dyn Any + Send + Sync>> {
@@ -95,7 +106,9 @@ impl Fs for RealFs {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 let dir = path.parent().unwrap_or(path);
-                return Err(Error::Locked { path: dir.display().to_string() });
+                return Err(Error::Locked {
+                    path: dir.display().to_string(),
+                });
             }
             return Err(Error::io(ctx("locking", path), e));
         }
@@ -105,9 +118,12 @@ impl Fs for RealFs {
 
 impl File for RealFile {
     fn read_exact_at(&self, buf: &mut [u8], off: u64) -> Result<()> {
-        self.file
-            .read_exact_at(buf, off)
-            .map_err(|e| Error::io(format!("reading {} bytes at {off} of {}", buf.len(), self.name), e))
+        self.file.read_exact_at(buf, off).map_err(|e| {
+            Error::io(
+                format!("reading {} bytes at {off} of {}", buf.len(), self.name),
+                e,
+            )
+        })
     }
 
     fn read_at(&self, buf: &mut [u8], off: u64) -> Result<usize> {
@@ -124,21 +140,32 @@ impl File for RealFile {
     }
 
     fn write_all_at(&self, buf: &[u8], off: u64) -> Result<()> {
-        self.file
-            .write_all_at(buf, off)
-            .map_err(|e| Error::io(format!("writing {} bytes at {off} of {}", buf.len(), self.name), e))
+        self.file.write_all_at(buf, off).map_err(|e| {
+            Error::io(
+                format!("writing {} bytes at {off} of {}", buf.len(), self.name),
+                e,
+            )
+        })
     }
 
     fn sync(&self) -> Result<()> {
-        self.file.sync_data().map_err(|e| Error::io(format!("syncing {}", self.name), e))
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io(format!("syncing {}", self.name), e))
     }
 
     fn len(&self) -> Result<u64> {
-        Ok(self.file.metadata().map_err(|e| Error::io(format!("stat of {}", self.name), e))?.len())
+        Ok(self
+            .file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat of {}", self.name), e))?
+            .len())
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
-        self.file.set_len(len).map_err(|e| Error::io(format!("resizing {}", self.name), e))
+        self.file
+            .set_len(len)
+            .map_err(|e| Error::io(format!("resizing {}", self.name), e))
     }
 
     fn is_direct(&self) -> bool {

@@ -80,7 +80,9 @@ pub(crate) enum NextRecord<'a> {
 
 /// Reads the record framed at `off` in `buf`, never reading past `buf` and never panicking.
 pub(crate) fn next_record(buf: &[u8], off: usize, max_len: u32) -> NextRecord<'_> {
-    let Some(rest) = buf.get(off..) else { return NextRecord::Torn("offset past the end") };
+    let Some(rest) = buf.get(off..) else {
+        return NextRecord::Torn("offset past the end");
+    };
     if rest.is_empty() {
         return NextRecord::End;
     }
@@ -143,9 +145,20 @@ pub struct WalWriter {
 
 /// Creates (or truncates) WAL file `number`, writes its header and makes both the file and its
 /// name durable.
-fn create_file(fs: &dyn Fs, dir: &Path, number: u64, counters: &IoCounters) -> Result<Arc<dyn File>> {
+fn create_file(
+    fs: &dyn Fs,
+    dir: &Path,
+    number: u64,
+    counters: &IoCounters,
+) -> Result<Arc<dyn File>> {
     let path = wal_file_path(dir, number);
-    let file = fs.open(&path, OpenMode { create: true, direct: false })?;
+    let file = fs.open(
+        &path,
+        OpenMode {
+            create: true,
+            direct: false,
+        },
+    )?;
     if file.len()? != 0 {
         file.set_len(0)?;
     }
@@ -164,13 +177,23 @@ impl WalWriter {
     /// Creates WAL file `number` in `dir` (truncating a leftover file of that name), writes its
     /// header and syncs the file and the directory, so that a record synced later can never be
     /// lost because the file's name was.
-    pub fn create(fs: Arc<dyn Fs>, dir: &Path, number: u64, counters: Arc<IoCounters>) -> Result<WalWriter> {
+    pub fn create(
+        fs: Arc<dyn Fs>,
+        dir: &Path,
+        number: u64,
+        counters: Arc<IoCounters>,
+    ) -> Result<WalWriter> {
         let file = create_file(fs.as_ref(), dir, number, &counters)?;
         Ok(WalWriter {
             fs,
             dir: dir.to_path_buf(),
             counters,
-            current: Mutex::new(Current { file, number, file_off: WAL_HEADER_LEN as u64, pos: 0 }),
+            current: Mutex::new(Current {
+                file,
+                number,
+                file_off: WAL_HEADER_LEN as u64,
+                pos: 0,
+            }),
             sync_state: Mutex::new(false),
             sync_done: Condvar::new(),
             synced: AtomicU64::new(0),
@@ -182,7 +205,11 @@ impl WalWriter {
 
     fn check_poisoned(&self) -> Result<()> {
         if self.poisoned.load(Ordering::Acquire) {
-            let cause = self.poison_cause.lock().clone().unwrap_or_else(|| "an earlier WAL failure".into());
+            let cause = self
+                .poison_cause
+                .lock()
+                .clone()
+                .unwrap_or_else(|| "an earlier WAL failure".into());
             return Err(Error::ReadOnly { cause });
         }
         Ok(())
@@ -210,7 +237,10 @@ impl WalWriter {
                 "appending to the WAL",
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("record of {} bytes exceeds the limit of {MAX_WAL_RECORD} bytes", payload.len()),
+                    format!(
+                        "record of {} bytes exceeds the limit of {MAX_WAL_RECORD} bytes",
+                        payload.len()
+                    ),
                 ),
             ));
         }
@@ -222,7 +252,8 @@ impl WalWriter {
             return Err(self.poison(e));
         }
         self.counters.record_write(Purpose::Wal, frame.len());
-        self.bytes_written.fetch_add(frame.len() as u64, Ordering::Relaxed);
+        self.bytes_written
+            .fetch_add(frame.len() as u64, Ordering::Relaxed);
         cur.file_off += frame.len() as u64;
         cur.pos += frame.len() as u64;
         Ok(cur.pos)
@@ -286,7 +317,8 @@ impl WalWriter {
             Ok(f) => f,
             Err(e) => return Err(self.poison(e)),
         };
-        self.bytes_written.fetch_add(WAL_HEADER_LEN as u64, Ordering::Relaxed);
+        self.bytes_written
+            .fetch_add(WAL_HEADER_LEN as u64, Ordering::Relaxed);
         self.synced.fetch_max(cur.pos, Ordering::AcqRel);
         cur.file = file;
         cur.number = new_number;
@@ -312,7 +344,11 @@ impl WalWriter {
 
 /// The numbers of the WAL files in `dir`, ascending.
 pub fn list_wal_files(fs: &dyn Fs, dir: &Path) -> Result<Vec<u64>> {
-    let mut numbers: Vec<u64> = fs.list(dir)?.iter().filter_map(|n| parse_wal_file_name(n)).collect();
+    let mut numbers: Vec<u64> = fs
+        .list(dir)?
+        .iter()
+        .filter_map(|n| parse_wal_file_name(n))
+        .collect();
     numbers.sort_unstable();
     numbers.dedup();
     Ok(numbers)
@@ -351,13 +387,26 @@ pub struct Replay {
 /// and an unknown major version is [`Error::UnsupportedFormat`].
 pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> {
     let files = list_wal_files(fs, dir)?;
-    let mut out = Replay { files: files.clone(), ..Replay::default() };
+    let mut out = Replay {
+        files: files.clone(),
+        ..Replay::default()
+    };
     for &number in &files {
         let path = wal_file_path(dir, number);
-        let file = fs.open(&path, OpenMode { create: false, direct: false })?;
+        let file = fs.open(
+            &path,
+            OpenMode {
+                create: false,
+                direct: false,
+            },
+        )?;
         let len = file.len()?;
         let len = usize::try_from(len).map_err(|_| {
-            Error::corruption(format!("WAL file {}", path.display()), None, format!("length {len} too large"))
+            Error::corruption(
+                format!("WAL file {}", path.display()),
+                None,
+                format!("length {len} too large"),
+            )
         })?;
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, 0)?;
@@ -375,7 +424,10 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
         }
         let major = u16::from_le_bytes([buf[8], buf[9]]);
         if major != WAL_FORMAT_MAJOR {
-            return Err(Error::UnsupportedFormat { found_major: major, supported_major: WAL_FORMAT_MAJOR });
+            return Err(Error::UnsupportedFormat {
+                found_major: major,
+                supported_major: WAL_FORMAT_MAJOR,
+            });
         }
         let mut off = WAL_HEADER_LEN;
         loop {
@@ -405,11 +457,21 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
 /// the cut, a later replay would stop at the old tear and never reach the new records; without
 /// the fsyncs, records that replay read after a process crash (written but never synced) could
 /// be lost to a power cut while newer records survive.
-pub fn seal_recovered(fs: &dyn Fs, dir: &Path, replay: &Replay, counters: &IoCounters) -> Result<()> {
+pub fn seal_recovered(
+    fs: &dyn Fs,
+    dir: &Path,
+    replay: &Replay,
+    counters: &IoCounters,
+) -> Result<()> {
     let mut kept: Vec<u64> = replay.files.clone();
     if let Some(at) = &replay.torn_at {
         kept.retain(|&n| n <= at.file);
-        let later: Vec<u64> = replay.files.iter().copied().filter(|&n| n > at.file).collect();
+        let later: Vec<u64> = replay
+            .files
+            .iter()
+            .copied()
+            .filter(|&n| n > at.file)
+            .collect();
         for &number in &later {
             fs.remove(&wal_file_path(dir, number))?;
         }
@@ -422,12 +484,24 @@ pub fn seal_recovered(fs: &dyn Fs, dir: &Path, replay: &Replay, counters: &IoCou
             fs.remove(&path)?;
             kept.retain(|&n| n != at.file);
         } else {
-            let file = fs.open(&path, OpenMode { create: false, direct: false })?;
+            let file = fs.open(
+                &path,
+                OpenMode {
+                    create: false,
+                    direct: false,
+                },
+            )?;
             file.set_len(at.offset)?;
         }
     }
     for &number in &kept {
-        let file = fs.open(&wal_file_path(dir, number), OpenMode { create: false, direct: false })?;
+        let file = fs.open(
+            &wal_file_path(dir, number),
+            OpenMode {
+                create: false,
+                direct: false,
+            },
+        )?;
         file.sync()?;
         counters.record_sync();
     }

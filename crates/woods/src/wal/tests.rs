@@ -38,7 +38,10 @@ fn wal_round_trip() {
     w.append(&[]).unwrap();
     w.sync_to(last).unwrap();
     assert_eq!(w.number(), 1);
-    assert_eq!(fs.file_len(&wal_file_path(&dir(), 1)), Some(w.bytes_written()));
+    assert_eq!(
+        fs.file_len(&wal_file_path(&dir(), 1)),
+        Some(w.bytes_written())
+    );
     assert!(counters.snapshot().written(Purpose::Wal) == w.bytes_written());
 
     let r = replay(&fs, &dir(), &counters).unwrap();
@@ -66,7 +69,10 @@ fn wal_create_truncates_leftover_file() {
     drop(w);
     let w = writer(&fs, 3, &counters);
     w.append(b"new").unwrap();
-    assert_eq!(replay(&fs, &dir(), &counters).unwrap().records, vec![b"new".to_vec()]);
+    assert_eq!(
+        replay(&fs, &dir(), &counters).unwrap().records,
+        vec![b"new".to_vec()]
+    );
 }
 
 #[test]
@@ -87,11 +93,23 @@ fn wal_torn_tail_is_cut_at_every_length() {
         let src = fs.open(&path, OpenMode::default()).unwrap();
         let mut buf = vec![0u8; cut as usize];
         src.read_exact_at(&mut buf, 0).unwrap();
-        let dst = fs2.open(&path, OpenMode { create: true, direct: false }).unwrap();
+        let dst = fs2
+            .open(
+                &path,
+                OpenMode {
+                    create: true,
+                    direct: false,
+                },
+            )
+            .unwrap();
         dst.write_all_at(&buf, 0).unwrap();
         let r = replay(&fs2, &dir(), &counters).unwrap();
         let whole = ends.iter().filter(|&&e| e <= cut).count().saturating_sub(1);
-        assert_eq!(r.records, (0..whole).map(payload).collect::<Vec<_>>(), "cut at {cut}");
+        assert_eq!(
+            r.records,
+            (0..whole).map(payload).collect::<Vec<_>>(),
+            "cut at {cut}"
+        );
         assert_eq!(r.torn, !ends.contains(&cut), "cut at {cut}");
     }
 }
@@ -115,7 +133,10 @@ fn wal_flipped_byte_drops_that_record_and_everything_after() {
         assert_eq!(r.records, (0..3).map(payload).collect::<Vec<_>>());
         assert!(r.torn);
         assert_eq!(r.files, vec![1, 2]);
-        assert_eq!(r.torn_at.as_ref().map(|t| (t.file, t.offset)), Some((1, ends[3])));
+        assert_eq!(
+            r.torn_at.as_ref().map(|t| (t.file, t.offset)),
+            Some((1, ends[3]))
+        );
         assert!(fs2.flip_byte(&wal_file_path(&dir(), 1), off)); // flip back
     }
     assert_eq!(replay(&fs, &dir(), &counters).unwrap().records.len(), 7);
@@ -128,7 +149,9 @@ fn wal_impossible_length_is_torn() {
     w.append(b"one").unwrap();
     let end = fs.file_len(&wal_file_path(&dir(), 1)).unwrap();
     w.append(b"two").unwrap();
-    let f = fs.open(&wal_file_path(&dir(), 1), OpenMode::default()).unwrap();
+    let f = fs
+        .open(&wal_file_path(&dir(), 1), OpenMode::default())
+        .unwrap();
     f.write_all_at(&u32::MAX.to_le_bytes(), end + 4).unwrap();
     let r = replay(&fs, &dir(), &counters).unwrap();
     assert_eq!(r.records, vec![b"one".to_vec()]);
@@ -230,7 +253,9 @@ fn wal_garbled_header_is_torn_and_unknown_major_is_unsupported() {
     w.append(b"b").unwrap();
     drop(w);
     // A short header in file 2 (a crash during creation).
-    let f2 = fs.open(&wal_file_path(&dir(), 2), OpenMode::default()).unwrap();
+    let f2 = fs
+        .open(&wal_file_path(&dir(), 2), OpenMode::default())
+        .unwrap();
     f2.set_len(10).unwrap();
     let r = replay(&fs, &dir(), &counters).unwrap();
     assert_eq!(r.records, vec![b"a".to_vec()]);
@@ -238,10 +263,15 @@ fn wal_garbled_header_is_torn_and_unknown_major_is_unsupported() {
     seal_recovered(&fs, &dir(), &r, &counters).unwrap();
     assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![1]);
 
-    let f1 = fs.open(&wal_file_path(&dir(), 1), OpenMode::default()).unwrap();
+    let f1 = fs
+        .open(&wal_file_path(&dir(), 1), OpenMode::default())
+        .unwrap();
     f1.write_all_at(&2u16.to_le_bytes(), 8).unwrap();
     match replay(&fs, &dir(), &counters) {
-        Err(Error::UnsupportedFormat { found_major: 2, supported_major: 1 }) => {}
+        Err(Error::UnsupportedFormat {
+            found_major: 2,
+            supported_major: 1,
+        }) => {}
         other => panic!("expected UnsupportedFormat, got {other:?}"),
     }
 }
@@ -251,8 +281,20 @@ fn wal_list_ignores_other_files() {
     let (fs, counters) = setup();
     writer(&fs, 12, &counters);
     writer(&fs, 3, &counters);
-    for name in ["wal-1.log", "wal-000004.tmp", "MANIFEST-000001", "wal-00000x.log"] {
-        fs.open(&dir().join(name), OpenMode { create: true, direct: false }).unwrap();
+    for name in [
+        "wal-1.log",
+        "wal-000004.tmp",
+        "MANIFEST-000001",
+        "wal-00000x.log",
+    ] {
+        fs.open(
+            &dir().join(name),
+            OpenMode {
+                create: true,
+                direct: false,
+            },
+        )
+        .unwrap();
     }
     assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![3, 12]);
 }
@@ -321,7 +363,13 @@ fn wal_group_commit_shares_syncs_across_threads() {
     fault.create_dir_all(&dir()).unwrap();
     let counters = Arc::new(IoCounters::default());
     let w = Arc::new(
-        WalWriter::create(Arc::new(SlowSyncFs(fault.clone())), &dir(), 1, counters.clone()).unwrap(),
+        WalWriter::create(
+            Arc::new(SlowSyncFs(fault.clone())),
+            &dir(),
+            1,
+            counters.clone(),
+        )
+        .unwrap(),
     );
     let syncs_before = counters.snapshot().syncs;
     const THREADS: usize = 16;
@@ -340,7 +388,10 @@ fn wal_group_commit_shares_syncs_across_threads() {
     let syncs = counters.snapshot().syncs - syncs_before;
     let records = (THREADS * PER_THREAD) as u64;
     assert!(syncs >= 1);
-    assert!(syncs * 3 < records, "{syncs} syncs for {records} synced records: group commit is not sharing");
+    assert!(
+        syncs * 3 < records,
+        "{syncs} syncs for {records} synced records: group commit is not sharing"
+    );
     fault.power_cut();
     let r = replay(&fault, &dir(), &counters).unwrap();
     assert_eq!(r.records.len(), THREADS * PER_THREAD);
@@ -358,7 +409,10 @@ fn wal_injected_failure_poisons_the_writer() {
     for fail_at in 0..12 {
         let (fs, counters) = setup();
         let w = writer(&fs, 1, &counters);
-        fs.set_plan(FaultPlan { fail_op: Some(fail_at), sticky: false });
+        fs.set_plan(FaultPlan {
+            fail_op: Some(fail_at),
+            sticky: false,
+        });
         let mut synced = 0;
         let mut appended = 0;
         let mut failed = false;
@@ -388,8 +442,14 @@ fn wal_injected_failure_poisons_the_writer() {
         assert!(matches!(w.sync_to(0), Err(Error::ReadOnly { .. })));
         fs.power_cut();
         let r = replay(&fs, &dir(), &counters).unwrap();
-        assert!(r.records.len() >= synced && r.records.len() <= appended, "fail_at {fail_at}");
-        assert_eq!(r.records, (0..r.records.len()).map(payload).collect::<Vec<_>>());
+        assert!(
+            r.records.len() >= synced && r.records.len() <= appended,
+            "fail_at {fail_at}"
+        );
+        assert_eq!(
+            r.records,
+            (0..r.records.len()).map(payload).collect::<Vec<_>>()
+        );
     }
 }
 
@@ -408,5 +468,12 @@ fn wal_records_read_after_a_process_crash_are_sealed_before_new_ones() {
     w.sync_to(p).unwrap();
     fs.power_cut();
     let r = replay(&fs, &dir(), &counters).unwrap();
-    assert_eq!(r.records, vec![b"unsynced 1".to_vec(), b"unsynced 2".to_vec(), b"new".to_vec()]);
+    assert_eq!(
+        r.records,
+        vec![
+            b"unsynced 1".to_vec(),
+            b"unsynced 2".to_vec(),
+            b"new".to_vec()
+        ]
+    );
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use self::node::{
-    blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, node_type, split_sizes, Child, LeafEntry,
-    Val, BODY_ROOM, INLINE_MAX, INTERNAL,
+    blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, node_type, split_sizes,
+    Child, LeafEntry, Val, BODY_ROOM, INLINE_MAX, INTERNAL,
 };
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::codec::{self, Reader};
@@ -82,14 +82,23 @@ fn entry_units(e: &Entry) -> u64 {
 }
 
 impl BTree {
-    pub fn open(ctx: IndexContext, params: BTreeParams, meta: &[u8], durable_seq: u64) -> Result<BTree> {
+    pub fn open(
+        ctx: IndexContext,
+        params: BTreeParams,
+        meta: &[u8],
+        durable_seq: u64,
+    ) -> Result<BTree> {
         let (root, height, entries) = if meta.is_empty() {
             (0, 0, 0)
         } else {
             let mut r = Reader::new(meta, "btree metadata");
             let v = r.u8()?;
             if v != 1 {
-                return Err(Error::corruption("btree metadata", None, format!("version {v}")));
+                return Err(Error::corruption(
+                    "btree metadata",
+                    None,
+                    format!("version {v}"),
+                ));
             }
             (r.u64()?, r.u32()?, r.u64()?)
         };
@@ -97,7 +106,12 @@ impl BTree {
         Ok(BTree {
             ctx,
             params,
-            current: RwLock::new(Arc::new(Version { root, height, entries, _epoch: epoch })),
+            current: RwLock::new(Arc::new(Version {
+                root,
+                height,
+                entries,
+                _epoch: epoch,
+            })),
             queue: Mutex::new(VecDeque::new()),
             job: Mutex::new(None),
             durable: AtomicU64::new(durable_seq),
@@ -130,12 +144,19 @@ impl BTree {
             Val::Inline(v) => v.clone(),
             Val::Blob { start, len } => self.read_blob(*start, *len, purpose)?,
         };
-        Ok(Entry { key: e.key.clone(), seq: e.seq, kind: e.kind, value })
+        Ok(Entry {
+            key: e.key.clone(),
+            seq: e.seq,
+            kind: e.kind,
+            value,
+        })
     }
 
     /// Index of the child whose subtree holds position (key, seq).
     fn child_for(children: &[Child], key: &[u8], seq: u64) -> usize {
-        let n = children.partition_point(|c| cmp_entries(&c.key, c.seq, key, seq) != std::cmp::Ordering::Greater);
+        let n = children.partition_point(|c| {
+            cmp_entries(&c.key, c.seq, key, seq) != std::cmp::Ordering::Greater
+        });
         n.saturating_sub(1)
     }
 
@@ -149,7 +170,13 @@ impl BTree {
 
     /// A page of the tree the job is replacing: free now if the job wrote it, else at commit.
     fn drop_page(&self, job: &mut Job, page: u64) {
-        self.drop_extent(job, Extent { start: page, pages: 1 });
+        self.drop_extent(
+            job,
+            Extent {
+                start: page,
+                pages: 1,
+            },
+        );
     }
 
     fn drop_extent(&self, job: &mut Job, ext: Extent) {
@@ -181,7 +208,10 @@ impl BTree {
                     self.ctx.store.write(ext.start, buf, Purpose::Merge)?;
                     self.counters.blobs.fetch_add(1, Ordering::Relaxed);
                     job.fresh.insert(ext.start, ext.pages);
-                    e.val = Val::Blob { start: ext.start, len: v.len() as u32 };
+                    e.val = Val::Blob {
+                        start: ext.start,
+                        len: v.len() as u32,
+                    };
                 }
             }
         }
@@ -189,22 +219,38 @@ impl BTree {
     }
 
     /// Merges `new` (sorted) into the subtree at `page` (0: empty) of `height`; returns the nodes
-    /// that replace it, as (first entry, page).
-    fn apply(&self, job: &mut Job, page: u64, height: u32, new: &[Entry], snapshots: &[u64]) -> Result<Vec<Child>> {
+    /// that replace it, as (first entry, page). `upper` is the key of the separator right after
+    /// this subtree: when it equals a key of the leaf, older versions of that key continue in
+    /// the next leaf, so the leaf is not the bottom for it.
+    fn apply(
+        &self,
+        job: &mut Job,
+        page: u64,
+        height: u32,
+        new: &[Entry],
+        upper: Option<&[u8]>,
+        snapshots: &[u64],
+    ) -> Result<Vec<Child>> {
         if height <= 1 {
-            let old = if page == 0 { Vec::new() } else { decode_leaf(&self.read_body(page, Purpose::Merge)?, page)? };
+            let old = if page == 0 {
+                Vec::new()
+            } else {
+                decode_leaf(&self.read_body(page, Purpose::Merge)?, page)?
+            };
             if page != 0 {
                 self.drop_page(job, page);
             }
             let old_len = old.len() as i64;
-            let mut merged = self.merge_leaf(job, old, new, snapshots)?;
+            let mut merged = self.merge_leaf(job, old, new, upper, snapshots)?;
             self.place_blobs(job, &mut merged)?;
             job.entries_in_tree += merged.len() as i64 - old_len;
             let sizes: Vec<usize> = merged.iter().map(|e| e.encoded_len()).collect();
             let target = BODY_ROOM * self.params.fill_percent as usize / 100;
             let groups = split_sizes(&sizes, target);
             if groups.len() > 1 {
-                self.counters.splits.fetch_add(groups.len() as u64 - 1, Ordering::Relaxed);
+                self.counters
+                    .splits
+                    .fetch_add(groups.len() as u64 - 1, Ordering::Relaxed);
             }
             let mut out = Vec::with_capacity(groups.len());
             let mut at = 0;
@@ -213,7 +259,11 @@ impl BTree {
                 at += g;
                 let p = self.alloc_page(job);
                 self.write_page(p, |b| encode_leaf(part, b))?;
-                out.push(Child { key: part[0].key.clone(), seq: part[0].seq, page: p });
+                out.push(Child {
+                    key: part[0].key.clone(),
+                    seq: part[0].seq,
+                    page: p,
+                });
             }
             return Ok(out);
         }
@@ -226,14 +276,24 @@ impl BTree {
             // Entries for child i: those before child i+1's separator.
             let hi = if i + 1 < children.len() {
                 let c = &children[i + 1];
-                lo + new[lo..].partition_point(|e| cmp_entries(&e.key, e.seq, &c.key, c.seq) == std::cmp::Ordering::Less)
+                lo + new[lo..].partition_point(|e| {
+                    cmp_entries(&e.key, e.seq, &c.key, c.seq) == std::cmp::Ordering::Less
+                })
             } else {
                 new.len()
             };
             if hi == lo {
                 result.push(children[i].clone());
             } else {
-                let sub = self.apply(job, children[i].page, height - 1, &new[lo..hi], snapshots)?;
+                let up = children.get(i + 1).map(|c| &c.key[..]).or(upper);
+                let sub = self.apply(
+                    job,
+                    children[i].page,
+                    height - 1,
+                    &new[lo..hi],
+                    up,
+                    snapshots,
+                )?;
                 result.extend(sub);
             }
             lo = hi;
@@ -255,20 +315,33 @@ impl BTree {
             at += g;
             let p = self.alloc_page(job);
             self.write_page(p, |b| encode_internal(part, b))?;
-            out.push(Child { key: part[0].key.clone(), seq: part[0].seq, page: p });
+            out.push(Child {
+                key: part[0].key.clone(),
+                seq: part[0].seq,
+                page: p,
+            });
         }
         Ok(out)
     }
 
     /// Merges a leaf's entries with new ones, keeping per key what DESIGN.md's version rule keeps
     /// (the B+-tree is the bottom: nothing older exists below).
-    fn merge_leaf(&self, job: &mut Job, old: Vec<LeafEntry>, new: &[Entry], snapshots: &[u64]) -> Result<Vec<LeafEntry>> {
+    fn merge_leaf(
+        &self,
+        job: &mut Job,
+        old: Vec<LeafEntry>,
+        new: &[Entry],
+        upper: Option<&[u8]>,
+        snapshots: &[u64],
+    ) -> Result<Vec<LeafEntry>> {
         let mut out = Vec::with_capacity(old.len() + new.len());
         let mut oi = old.into_iter().peekable();
         let mut ni = 0;
         while oi.peek().is_some() || ni < new.len() {
             let take_new = match (oi.peek(), new.get(ni)) {
-                (Some(o), Some(n)) => cmp_entries(&n.key, n.seq, &o.key, o.seq) != std::cmp::Ordering::Greater,
+                (Some(o), Some(n)) => {
+                    cmp_entries(&n.key, n.seq, &o.key, o.seq) != std::cmp::Ordering::Greater
+                }
                 (None, Some(_)) => true,
                 _ => false,
             };
@@ -303,9 +376,10 @@ impl BTree {
                     self.drop_extent(job, ext);
                 }
             }
-            versions.sort_by(|a, b| b.seq.cmp(&a.seq));
+            versions.sort_by_key(|v| std::cmp::Reverse(v.seq));
             versions.dedup_by(|a, b| a.seq == b.seq);
-            for e in compact_versions(&versions, snapshots, true, self.ctx.merge_op.as_ref())? {
+            let bottom = upper != Some(&key[..]);
+            for e in compact_versions(&versions, snapshots, bottom, self.ctx.merge_op.as_ref())? {
                 out.push(LeafEntry::from_entry(e));
             }
         }
@@ -322,7 +396,8 @@ impl BTree {
             end += 1;
         }
         // Keep all versions of one key in the same step.
-        while end < job.entries.len() && end > 0 && job.entries[end].key == job.entries[end - 1].key {
+        while end < job.entries.len() && end > 0 && job.entries[end].key == job.entries[end - 1].key
+        {
             units += entry_units(&job.entries[end]);
             end += 1;
         }
@@ -330,7 +405,7 @@ impl BTree {
         let snapshots = self.ctx.snapshots.list();
         let root = job.root;
         let height = job.height.max(1);
-        let mut level = self.apply(job, root, height, &chunk, &snapshots)?;
+        let mut level = self.apply(job, root, height, &chunk, None, &snapshots)?;
         let mut h = height;
         while level.len() > 1 {
             level = self.pack_internal(job, level)?;
@@ -368,14 +443,28 @@ impl BTree {
     /// Makes the finished job durable and visible.
     fn commit(&self, mut job: Job) -> Result<()> {
         self.ctx.store.sync()?;
-        let added: Vec<Extent> = job.fresh.iter().map(|(&start, &pages)| Extent { start, pages }).collect();
+        let added: Vec<Extent> = job
+            .fresh
+            .iter()
+            .map(|(&start, &pages)| Extent { start, pages })
+            .collect();
         let entries = job.entries_in_tree.max(0) as u64;
         let meta = encode_meta(job.root, job.height, entries);
         let durable_seq = job.mem.max_seq();
-        self.ctx.manifest.commit(Commit { index_meta: meta, durable_seq, added, freed: job.freed.clone() })?;
+        self.ctx.manifest.commit(Commit {
+            index_meta: meta,
+            durable_seq,
+            added,
+            freed: job.freed.clone(),
+        })?;
         let mut cur = self.current.write();
         let epoch = cur._epoch.advance(job.freed.drain(..));
-        *cur = Arc::new(Version { root: job.root, height: job.height, entries, _epoch: epoch });
+        *cur = Arc::new(Version {
+            root: job.root,
+            height: job.height,
+            entries,
+            _epoch: epoch,
+        });
         drop(cur);
         self.durable.store(durable_seq, Ordering::Release);
         self.queue.lock().pop_front();
@@ -385,7 +474,13 @@ impl BTree {
 
     // ---- reads ---------------------------------------------------------------------------
 
-    fn leaf_for(&self, v: &Version, key: &[u8], seq: u64, stack: &mut Vec<(Vec<Child>, usize)>) -> Result<u64> {
+    fn leaf_for(
+        &self,
+        v: &Version,
+        key: &[u8],
+        seq: u64,
+        stack: &mut Vec<(Vec<Child>, usize)>,
+    ) -> Result<u64> {
         let mut page = v.root;
         for _ in 1..v.height {
             let children = decode_internal(&self.read_body(page, Purpose::UserRead)?, page)?;
@@ -441,13 +536,32 @@ impl BTreeShared {
                 Arc::from(out)
             }
         };
-        Ok(Entry { key: e.key.clone(), seq: e.seq, kind: e.kind, value })
+        Ok(Entry {
+            key: e.key.clone(),
+            seq: e.seq,
+            kind: e.kind,
+            value,
+        })
     }
 }
 
 impl LeafCursor {
-    fn new(reader: Arc<BTreeReader>, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> Result<LeafCursor> {
-        let mut c = LeafCursor { tree: reader, stack: Vec::new(), leaf: Vec::new(), pos: 0, reverse, lo, hi, done: false };
+    fn new(
+        reader: Arc<BTreeReader>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> Result<LeafCursor> {
+        let mut c = LeafCursor {
+            tree: reader,
+            stack: Vec::new(),
+            leaf: Vec::new(),
+            pos: 0,
+            reverse,
+            lo,
+            hi,
+            done: false,
+        };
         let v = c.tree.version.clone();
         if v.root == 0 {
             c.done = true;
@@ -476,7 +590,9 @@ impl LeafCursor {
         }
         c.leaf = c.tree.tree.leaf(page)?;
         if !reverse {
-            c.pos = c.leaf.partition_point(|e| cmp_entries(&e.key, e.seq, &key, seq) == std::cmp::Ordering::Less);
+            c.pos = c.leaf.partition_point(|e| {
+                cmp_entries(&e.key, e.seq, &key, seq) == std::cmp::Ordering::Less
+            });
             // Skip an excluded lower bound's versions.
             if let Bound::Excluded(k) = &c.lo {
                 let k = k.clone();
@@ -486,7 +602,9 @@ impl LeafCursor {
             }
         } else {
             // pos = number of entries at or before the seek position; next returns leaf[pos-1].
-            c.pos = c.leaf.partition_point(|e| cmp_entries(&e.key, e.seq, &key, seq) != std::cmp::Ordering::Greater);
+            c.pos = c.leaf.partition_point(|e| {
+                cmp_entries(&e.key, e.seq, &key, seq) != std::cmp::Ordering::Greater
+            });
             if let Bound::Excluded(k) = &c.hi {
                 let k = k.clone();
                 while c.pos > 0 && *c.leaf[c.pos - 1].key == k[..] {
@@ -500,8 +618,14 @@ impl LeafCursor {
     /// Moves to the next leaf in the cursor's direction; false at the end.
     fn advance_leaf(&mut self) -> Result<bool> {
         loop {
-            let Some((children, i)) = self.stack.last_mut() else { return Ok(false) };
-            let next = if self.reverse { i.checked_sub(1) } else { Some(*i + 1).filter(|&n| n < children.len()) };
+            let Some((children, i)) = self.stack.last_mut() else {
+                return Ok(false);
+            };
+            let next = if self.reverse {
+                i.checked_sub(1)
+            } else {
+                Some(*i + 1).filter(|&n| n < children.len())
+            };
             match next {
                 Some(n) => {
                     *i = n;
@@ -548,7 +672,11 @@ impl Iterator for LeafCursor {
             if self.done {
                 return None;
             }
-            let have = if self.reverse { self.pos > 0 } else { self.pos < self.leaf.len() };
+            let have = if self.reverse {
+                self.pos > 0
+            } else {
+                self.pos < self.leaf.len()
+            };
             if !have {
                 match self.advance_leaf() {
                     Ok(true) => continue,
@@ -604,7 +732,9 @@ impl Index for BTree {
     fn work(&self, budget: u64) -> Result<u64> {
         let mut slot = self.job.lock();
         if slot.is_none() {
-            let Some(mem) = self.queue.lock().front().cloned() else { return Ok(0) };
+            let Some(mem) = self.queue.lock().front().cloned() else {
+                return Ok(0);
+            };
             let v = self.version();
             let entries: Vec<Entry> = mem.entries().collect();
             *slot = Some(Job {
@@ -618,7 +748,9 @@ impl Index for BTree {
                 freed: Vec::new(),
             });
         }
-        let Some(job) = slot.as_mut() else { return Ok(0) };
+        let Some(job) = slot.as_mut() else {
+            return Ok(0);
+        };
         let done = self.step(job, budget.max(1))?;
         if job.pos >= job.entries.len() {
             if let Some(job) = slot.take() {
@@ -639,7 +771,12 @@ impl Index for BTree {
         }
         let mut stack = Vec::new();
         let leaf_page = self.leaf_for(&v, key, seq, &mut stack)?;
-        let reader = Arc::new(BTreeReader { version: v, tree: Arc::new(BTreeShared { store: self.ctx.store.clone() }) });
+        let reader = Arc::new(BTreeReader {
+            version: v,
+            tree: Arc::new(BTreeShared {
+                store: self.ctx.store.clone(),
+            }),
+        });
         let mut cur = LeafCursor {
             tree: reader,
             stack,
@@ -650,7 +787,9 @@ impl Index for BTree {
             hi: Bound::Included(key.to_vec()),
             done: false,
         };
-        cur.pos = cur.leaf.partition_point(|e| cmp_entries(&e.key, e.seq, key, seq) == std::cmp::Ordering::Less);
+        cur.pos = cur
+            .leaf
+            .partition_point(|e| cmp_entries(&e.key, e.seq, key, seq) == std::cmp::Ordering::Less);
         for e in cur {
             let e = e?;
             let stop = e.kind != Kind::Merge;
@@ -662,20 +801,43 @@ impl Index for BTree {
         Ok(())
     }
 
-    fn iter(&self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool) -> Result<Vec<EntryIter>> {
-        let reader = Arc::new(BTreeReader { version: self.version(), tree: Arc::new(BTreeShared { store: self.ctx.store.clone() }) });
+    fn iter(
+        &self,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> Result<Vec<EntryIter>> {
+        let reader = Arc::new(BTreeReader {
+            version: self.version(),
+            tree: Arc::new(BTreeShared {
+                store: self.ctx.store.clone(),
+            }),
+        });
         Ok(vec![Box::new(LeafCursor::new(reader, lo, hi, reverse)?)])
     }
 
     fn stats(&self) -> IndexStats {
         let v = self.version();
         let c = &self.counters;
-        let mut s = IndexStats { kind: "btree".into(), height: v.height as u64, entries: v.entries, ..Default::default() };
+        let mut s = IndexStats {
+            kind: "btree".into(),
+            height: v.height as u64,
+            entries: v.entries,
+            ..Default::default()
+        };
         s.absorbs = c.absorbs.load(Ordering::Relaxed);
-        for (k, a) in [("steps", &c.steps), ("pages_written", &c.pages_written), ("splits", &c.splits), ("blobs", &c.blobs)] {
+        for (k, a) in [
+            ("steps", &c.steps),
+            ("pages_written", &c.pages_written),
+            ("splits", &c.splits),
+            ("blobs", &c.blobs),
+        ] {
             s.counters.insert(k.into(), a.load(Ordering::Relaxed));
         }
-        s.shape.push(format!("height {} root page {} entries {}", v.height, v.root, v.entries));
+        s.shape.push(format!(
+            "height {} root page {} entries {}",
+            v.height, v.root, v.entries
+        ));
         s
     }
 
@@ -684,7 +846,9 @@ impl Index for BTree {
         if v.root == 0 {
             return Ok(0);
         }
-        let shared = BTreeShared { store: self.ctx.store.clone() };
+        let shared = BTreeShared {
+            store: self.ctx.store.clone(),
+        };
         let mut count = 0u64;
         let mut last: Option<(Arc<[u8]>, u64)> = None;
         self.check_node(&shared, v.root, v.height, None, &mut count, &mut last)?;
@@ -734,7 +898,14 @@ impl BTree {
             }
         }
         for c in &kids {
-            self.check_node(shared, c.page, height - 1, Some((&c.key, c.seq)), count, last)?;
+            self.check_node(
+                shared,
+                c.page,
+                height - 1,
+                Some((&c.key, c.seq)),
+                count,
+                last,
+            )?;
         }
         Ok(())
     }

@@ -25,13 +25,19 @@ const BLOB_FLAG: u8 = 0x80;
 pub enum Val {
     Inline(Arc<[u8]>),
     /// Out-of-line value: contiguous pages from `start`, `len` bytes.
-    Blob { start: u64, len: u32 },
+    Blob {
+        start: u64,
+        len: u32,
+    },
 }
 
 impl Val {
     pub fn blob_extent(&self) -> Option<Extent> {
         match self {
-            Val::Blob { start, len } => Some(Extent { start: *start, pages: blob_pages(*len as usize) }),
+            Val::Blob { start, len } => Some(Extent {
+                start: *start,
+                pages: blob_pages(*len as usize),
+            }),
             Val::Inline(_) => None,
         }
     }
@@ -52,7 +58,8 @@ pub struct LeafEntry {
 
 impl LeafEntry {
     pub fn encoded_len(&self) -> usize {
-        1 + 8 + 2
+        1 + 8
+            + 2
             + self.key.len()
             + match &self.val {
                 Val::Inline(v) if self.key.len() + v.len() <= INLINE_MAX => 4 + v.len(),
@@ -60,7 +67,12 @@ impl LeafEntry {
             }
     }
     pub fn from_entry(e: Entry) -> LeafEntry {
-        LeafEntry { key: e.key, seq: e.seq, kind: e.kind, val: Val::Inline(e.value) }
+        LeafEntry {
+            key: e.key,
+            seq: e.seq,
+            kind: e.kind,
+            val: Val::Inline(e.value),
+        }
     }
 }
 
@@ -82,7 +94,11 @@ pub const BODY_ROOM: usize = PAGE_BODY - HEADER;
 pub fn node_type(body: &[u8], page: u64) -> Result<u8> {
     match body[0] {
         LEAF | INTERNAL => Ok(body[0]),
-        t => Err(Error::corruption("btree", Some(page), format!("unknown node type {t}"))),
+        t => Err(Error::corruption(
+            "btree",
+            Some(page),
+            format!("unknown node type {t}"),
+        )),
     }
 }
 
@@ -112,7 +128,12 @@ pub fn decode_leaf(body: &[u8], page: u64) -> Result<Vec<LeafEntry>> {
             let vlen = r.u32().map_err(wrap)? as usize;
             Val::Inline(Arc::from(r.take(vlen).map_err(wrap)?))
         };
-        out.push(LeafEntry { key, seq, kind, val });
+        out.push(LeafEntry {
+            key,
+            seq,
+            kind,
+            val,
+        });
     }
     Ok(out)
 }
@@ -146,17 +167,27 @@ pub fn encode_leaf(entries: &[LeafEntry], body: &mut [u8]) {
 
 pub fn decode_internal(body: &[u8], page: u64) -> Result<Vec<Child>> {
     let wrap = |e: Error| match e {
-        Error::Corruption { detail, .. } => Error::corruption("btree internal node", Some(page), detail),
+        Error::Corruption { detail, .. } => {
+            Error::corruption("btree internal node", Some(page), detail)
+        }
         other => other,
     };
     let mut r = Reader::new(&body[..PAGE_BODY], "btree internal node");
     if r.u8().map_err(wrap)? != INTERNAL {
-        return Err(Error::corruption("btree internal node", Some(page), "not an internal node"));
+        return Err(Error::corruption(
+            "btree internal node",
+            Some(page),
+            "not an internal node",
+        ));
     }
     r.u8().map_err(wrap)?;
     let n = r.u16().map_err(wrap)? as usize;
     if n == 0 {
-        return Err(Error::corruption("btree internal node", Some(page), "no children"));
+        return Err(Error::corruption(
+            "btree internal node",
+            Some(page),
+            "no children",
+        ));
     }
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
@@ -164,7 +195,11 @@ pub fn decode_internal(body: &[u8], page: u64) -> Result<Vec<Child>> {
         let seq = r.u64().map_err(wrap)?;
         let klen = r.u16().map_err(wrap)? as usize;
         let key: Arc<[u8]> = Arc::from(r.take(klen).map_err(wrap)?);
-        out.push(Child { key, seq, page: child });
+        out.push(Child {
+            key,
+            seq,
+            page: child,
+        });
     }
     Ok(out)
 }
@@ -189,7 +224,11 @@ pub fn encode_internal(children: &[Child], body: &mut [u8]) {
 pub fn split_sizes(sizes: &[usize], target: usize) -> Vec<usize> {
     let total: usize = sizes.iter().sum();
     if total <= BODY_ROOM {
-        return if sizes.is_empty() { vec![] } else { vec![sizes.len()] };
+        return if sizes.is_empty() {
+            vec![]
+        } else {
+            vec![sizes.len()]
+        };
     }
     let mut groups = Vec::new();
     let mut cur = 0usize;

@@ -1,0 +1,78 @@
+//! Shared pieces of the conformance suite: per-kind small parameters, the model, seeds.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, Options};
+
+/// Appends operands to the value: the suite's merge operator.
+pub struct Append;
+
+impl MergeOperator for Append {
+    fn name(&self) -> &str {
+        "append"
+    }
+    fn full_merge(&self, _key: &[u8], base: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
+        let mut v = base.map(|b| b.to_vec()).unwrap_or_default();
+        for o in operands {
+            v.extend_from_slice(o);
+        }
+        v
+    }
+}
+
+/// Every index kind, with node and run sizes scaled down so structure code runs constantly.
+pub fn kinds() -> Vec<IndexKind> {
+    vec![
+        IndexKind::BTree(BTreeParams::default()),
+        IndexKind::Lsm(LsmParams {
+            table_bytes: 16 << 10,
+            level1_bytes: 64 << 10,
+            size_ratio: 4,
+            ..LsmParams::default()
+        }),
+    ]
+}
+
+pub fn kind(name: &str) -> IndexKind {
+    kinds()
+        .into_iter()
+        .find(|k| k.name() == name)
+        .unwrap_or_else(|| panic!("no kind {name}"))
+}
+
+/// Small memtable and cache (CI scale).
+pub fn small_options(kind: &IndexKind) -> Options {
+    Options {
+        index: Some(kind.clone()),
+        cache_bytes: 256 << 10,
+        memtable_bytes: 64 << 10,
+        merge_operator: Some(Arc::new(Append)),
+        ..Options::default()
+    }
+}
+
+/// The seed of a randomized test: WOODS_SEED if set, else from the clock; always printed.
+pub fn seed(test: &str) -> u64 {
+    let s = std::env::var("WOODS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    eprintln!("{test}: seed {s} (replay with WOODS_SEED={s})");
+    s
+}
+
+/// How much larger than CI scale to run (WOODS_SCALE, default 1).
+pub fn scale() -> u64 {
+    std::env::var("WOODS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}

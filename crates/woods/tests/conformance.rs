@@ -1,0 +1,730 @@
+//! The conformance suite: one set of scenarios, run against every index kind. An index kind
+//! "works" when all of them pass. CI runs them at small scale; WOODS_SCALE=N multiplies the
+//! operation counts.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::{kind, scale, seed, small_options};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use woods::storage::{FaultFs, FaultPlan, Fs};
+use woods::{Db, Durability, Error, IndexKind, Options, WriteBatch};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn key_of(i: u64) -> Vec<u8> {
+    if i < 5 {
+        return vec![b'a' + i as u8];
+    }
+    let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let len = if i.is_multiple_of(997) {
+        woods::MAX_KEY_LEN
+    } else {
+        4 + (h >> 59) as usize * 2
+    };
+    let base = format!("{i:07}");
+    base.bytes().cycle().take(len.max(base.len())).collect()
+}
+
+fn value_of(rng: &mut SmallRng) -> Vec<u8> {
+    let len = match rng.gen_range(0..1000) {
+        0..=4 => rng.gen_range(2000..20000),
+        _ => rng.gen_range(0..120),
+    };
+    (0..len).map(|_| rng.gen()).collect()
+}
+
+fn check_range(
+    db_items: Vec<(Vec<u8>, Vec<u8>)>,
+    model: &Model,
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+    reverse: bool,
+    limit: usize,
+    ctx: &str,
+) {
+    let it = model.range::<Vec<u8>, _>((lo.clone(), hi.clone()));
+    let want: Vec<(Vec<u8>, Vec<u8>)> = if reverse {
+        it.rev()
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    } else {
+        it.take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    assert_eq!(
+        db_items.len(),
+        want.len(),
+        "{ctx}: range length differs (lo {lo:?} hi {hi:?} reverse {reverse})"
+    );
+    for (a, b) in db_items.iter().zip(want.iter()) {
+        assert_eq!(a.0, b.0, "{ctx}: key differs");
+        assert_eq!(a.1, b.1, "{ctx}: value of {:?} differs", a.0);
+    }
+}
+
+fn scan(db_iter: woods::Result<woods::DbIter>, limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    db_iter
+        .expect("open iterator")
+        .take(limit)
+        .map(|r| r.expect("iterate"))
+        .collect()
+}
+
+fn random_bounds(rng: &mut SmallRng, keys: u64) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let mut b = || {
+        let k = key_of(rng.gen_range(0..keys));
+        match rng.gen_range(0..3) {
+            0 => Bound::Included(k),
+            1 => Bound::Excluded(k),
+            _ => Bound::Unbounded,
+        }
+    };
+    (b(), b())
+}
+
+fn valid_range(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a <= b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b)) => a < b,
+        _ => true,
+    }
+}
+
+struct Totals {
+    absorbs: u64,
+    height: u64,
+    counters: BTreeMap<String, u64>,
+}
+
+impl Totals {
+    fn add(&mut self, db: &Db) {
+        let s = db.stats();
+        self.absorbs += s.index.absorbs;
+        self.height = self.height.max(s.index.height);
+        for (k, v) in s.index.counters {
+            *self.counters.entry(k).or_insert(0) += v;
+        }
+    }
+}
+
+/// The randomized model test: every operation of the API against a BTreeMap, with snapshots
+/// held across reorganisations, flushes and reopens.
+fn model_test(kind: IndexKind) {
+    let name = kind.name();
+    let seed = seed(&format!("model_test[{name}]"));
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let start = Instant::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = small_options(&kind);
+    let ops = 200_000 * scale();
+    let keys = 8_000 * scale();
+    let mut db = Db::open(dir.path(), opts.clone()).expect("open");
+    let mut model = Model::new();
+    let mut snaps: Vec<(woods::Snapshot, Model)> = Vec::new();
+    let mut totals = Totals {
+        absorbs: 0,
+        height: 0,
+        counters: BTreeMap::new(),
+    };
+    let ctx = |i: u64| format!("{name} seed {seed} op {i}");
+    for i in 0..ops {
+        let r = rng.gen_range(0..1000);
+        match r {
+            0..=499 => {
+                let k = key_of(rng.gen_range(0..keys));
+                let v = value_of(&mut rng);
+                db.put(&k, &v).expect("put");
+                model.insert(k, v);
+            }
+            500..=599 => {
+                let k = key_of(rng.gen_range(0..keys));
+                db.delete(&k).expect("delete");
+                model.remove(&k);
+            }
+            600..=659 => {
+                let k = key_of(rng.gen_range(0..keys / 10));
+                let operand = format!("+{i}").into_bytes();
+                db.merge(&k, &operand).expect("merge");
+                model.entry(k).or_default().extend_from_slice(&operand);
+            }
+            660..=699 => {
+                let mut b = WriteBatch::new();
+                let mut m2 = model.clone();
+                for _ in 0..rng.gen_range(1..10) {
+                    let k = key_of(rng.gen_range(0..keys));
+                    if rng.gen_bool(0.7) {
+                        let v = value_of(&mut rng);
+                        b.put(&k, &v);
+                        m2.insert(k, v);
+                    } else {
+                        b.delete(&k);
+                        m2.remove(&k);
+                    }
+                }
+                let d = if rng.gen_bool(0.1) {
+                    Durability::Sync
+                } else {
+                    Durability::Buffered
+                };
+                db.write_with(&b, d).expect("batch");
+                model = m2;
+            }
+            700..=849 => {
+                let k = key_of(rng.gen_range(0..keys));
+                assert_eq!(
+                    db.get(&k).expect("get"),
+                    model.get(&k).cloned(),
+                    "{}: get {:?}",
+                    ctx(i),
+                    k
+                );
+            }
+            850..=889 => {
+                let (lo, hi) = random_bounds(&mut rng, keys);
+                if valid_range(&lo, &hi) {
+                    let reverse = rng.gen_bool(0.4);
+                    let it = if reverse {
+                        db.range_rev((lo.clone(), hi.clone()))
+                    } else {
+                        db.range((lo.clone(), hi.clone()))
+                    };
+                    check_range(scan(it, 40), &model, &lo, &hi, reverse, 40, &ctx(i));
+                }
+            }
+            890..=899 => {
+                if snaps.len() < 3 {
+                    snaps.push((db.snapshot(), model.clone()));
+                } else {
+                    snaps.remove(rng.gen_range(0..snaps.len()));
+                }
+            }
+            900..=929 => {
+                if let Some((s, m)) = snaps.get(rng.gen_range(0..snaps.len().max(1))) {
+                    let k = key_of(rng.gen_range(0..keys));
+                    assert_eq!(
+                        s.get(&k).expect("snapshot get"),
+                        m.get(&k).cloned(),
+                        "{}: snapshot get",
+                        ctx(i)
+                    );
+                    if rng.gen_bool(0.2) {
+                        let (lo, hi) = random_bounds(&mut rng, keys);
+                        if valid_range(&lo, &hi) {
+                            let reverse = rng.gen_bool(0.5);
+                            let it = if reverse {
+                                s.range_rev((lo.clone(), hi.clone()))
+                            } else {
+                                s.range((lo.clone(), hi.clone()))
+                            };
+                            check_range(
+                                scan(it, 30),
+                                m,
+                                &lo,
+                                &hi,
+                                reverse,
+                                30,
+                                &format!("{} snapshot", ctx(i)),
+                            );
+                        }
+                    }
+                }
+            }
+            930..=931 => db.flush().expect("flush"),
+            _ => {}
+        }
+        if i > 0 && i % (ops / 8) == 0 {
+            snaps.clear();
+            totals.add(&db);
+            if rng.gen_bool(0.5) {
+                db.close().expect("close");
+            } else {
+                drop(db); // no flush: the log must bring everything back
+            }
+            db = Db::open(
+                dir.path(),
+                Options {
+                    index: None,
+                    ..opts.clone()
+                },
+            )
+            .expect("reopen");
+        }
+    }
+    check_range(
+        scan(db.iter(), usize::MAX),
+        &model,
+        &Bound::Unbounded,
+        &Bound::Unbounded,
+        false,
+        usize::MAX,
+        "final scan",
+    );
+    db.flush().expect("flush");
+    let entries = db.check().expect("check");
+    assert!(
+        entries >= model.len() as u64,
+        "check counted {entries} entries for {} live keys",
+        model.len()
+    );
+    totals.add(&db);
+    db.close().expect("close");
+    eprintln!(
+        "model_test[{name}]: {ops} ops in {:.1}s, absorbs {}, height {}, counters {:?}",
+        start.elapsed().as_secs_f64(),
+        totals.absorbs,
+        totals.height,
+        totals.counters
+    );
+    assert!(totals.absorbs >= 100, "only {} absorbs", totals.absorbs);
+    assert!(totals.height >= 3, "height only {}", totals.height);
+    let required: &[&str] = match name {
+        "btree" => &["splits"],
+        "lsm" => &["flushes", "compactions"],
+        _ => &[],
+    };
+    for r in required {
+        assert!(
+            totals.counters.get(*r).copied().unwrap_or(0) > 0,
+            "no {r} happened: {:?}",
+            totals.counters
+        );
+    }
+}
+
+/// Power cut at a random point: reopening gives a prefix of the writes in commit order that holds
+/// every Sync-acknowledged write.
+fn power_cut_test(kind: IndexKind) {
+    let name = kind.name();
+    let seed = seed(&format!("power_cut_test[{name}]"));
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for round in 0..4 {
+        let fs = FaultFs::new();
+        let dir = std::path::PathBuf::from("/db");
+        let opts = Options {
+            fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
+            ..small_options(&kind)
+        };
+        let db = Db::open(&dir, opts.clone()).expect("open");
+        let keys = 2_000u64;
+        // history[j] = model after j writes
+        let mut ops_log: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let mut synced = 0usize;
+        let cut_at = rng.gen_range(500..6_000 * scale() as usize);
+        for j in 0..cut_at {
+            let k = key_of(rng.gen_range(0..keys));
+            let sync = rng.gen_bool(0.05);
+            let d = if sync {
+                Durability::Sync
+            } else {
+                Durability::Buffered
+            };
+            let v = if rng.gen_bool(0.85) {
+                Some(value_of(&mut rng))
+            } else {
+                None
+            };
+            let mut b = WriteBatch::new();
+            match &v {
+                Some(v) => b.put(&k, v),
+                None => b.delete(&k),
+            };
+            db.write_with(&b, d).expect("write");
+            ops_log.push((k, v));
+            if sync {
+                synced = j + 1;
+            }
+            if rng.gen_bool(0.001) {
+                db.flush().expect("flush");
+                synced = j + 1;
+            }
+        }
+        fs.power_cut();
+        drop(db);
+        let db = Db::open(
+            &dir,
+            Options {
+                index: None,
+                ..opts.clone()
+            },
+        )
+        .expect("reopen after power cut");
+        let got: Model = db.iter().expect("iter").map(|r| r.expect("scan")).collect();
+        let mut model = Model::new();
+        for (k, v) in &ops_log[..synced] {
+            match v {
+                Some(v) => model.insert(k.clone(), v.clone()),
+                None => model.remove(k),
+            };
+        }
+        let mut found = model == got;
+        let mut prefix = synced;
+        while !found && prefix < ops_log.len() {
+            let (k, v) = &ops_log[prefix];
+            match v {
+                Some(v) => model.insert(k.clone(), v.clone()),
+                None => model.remove(k),
+            };
+            prefix += 1;
+            found = model == got;
+        }
+        assert!(found, "{name} seed {seed} round {round}: state after power cut is no prefix holding the {synced} synced writes");
+        db.check().expect("check after power cut");
+        db.close().expect("close");
+    }
+}
+
+/// A failed write or sync turns the database read-only; after reopening, nothing acknowledged
+/// is lost.
+fn fault_test(kind: IndexKind) {
+    let name = kind.name();
+    let seed = seed(&format!("fault_test[{name}]"));
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for round in 0..6 {
+        let fs = FaultFs::new();
+        let dir = std::path::PathBuf::from("/db");
+        let opts = Options {
+            fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
+            ..small_options(&kind)
+        };
+        let db = Db::open(&dir, opts.clone()).expect("open");
+        fs.set_plan(FaultPlan {
+            fail_op: Some(rng.gen_range(0..3_000)),
+            sticky: false,
+        });
+        let mut model = Model::new();
+        let mut failed = false;
+        // The write that failed may or may not have reached the log.
+        let mut failed_write: Option<(Vec<u8>, Vec<u8>)> = None;
+        for j in 0..20_000u64 {
+            let k = key_of(rng.gen_range(0..3_000));
+            let v = value_of(&mut rng);
+            let d = if rng.gen_bool(0.1) {
+                Durability::Sync
+            } else {
+                Durability::Buffered
+            };
+            let mut b = WriteBatch::new();
+            b.put(&k, &v);
+            match db.write_with(&b, d) {
+                Ok(()) => {
+                    assert!(
+                        !failed,
+                        "{name} seed {seed}: write {j} acknowledged after a failure"
+                    );
+                    model.insert(k, v);
+                }
+                Err(_) => {
+                    failed = true;
+                    failed_write = Some((k.clone(), v.clone()));
+                    // Read-only from now on.
+                    match db.put(b"x", b"y") {
+                        Err(Error::ReadOnly { .. }) => {}
+                        other => panic!(
+                            "{name} seed {seed}: expected ReadOnly after a failure, got {other:?}"
+                        ),
+                    }
+                    break;
+                }
+            }
+            if j % 500 == 0 && rng.gen_bool(0.3) && db.flush().is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(
+            failed || fs.injected() == 0,
+            "{name} seed {seed} round {round}: injected fault went unreported"
+        );
+        fs.kill_process();
+        drop(db);
+        let db = Db::open(
+            &dir,
+            Options {
+                index: None,
+                ..opts.clone()
+            },
+        )
+        .expect("reopen after fault");
+        let got: Model = db.iter().expect("iter").map(|r| r.expect("scan")).collect();
+        let mut with_failed = model.clone();
+        if let Some((k, v)) = failed_write {
+            with_failed.insert(k, v);
+        }
+        assert!(
+            got == model || got == with_failed,
+            "{name} seed {seed} round {round}: contents differ after fault"
+        );
+        db.close().expect("close");
+    }
+}
+
+/// A flipped byte in data pages gives corruption errors, never a panic or a wrong value.
+fn corruption_test(kind: IndexKind) {
+    let name = kind.name();
+    let seed = seed(&format!("corruption_test[{name}]"));
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let fs = FaultFs::new();
+    let dir = std::path::PathBuf::from("/db");
+    let opts = Options {
+        fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
+        ..small_options(&kind)
+    };
+    let db = Db::open(&dir, opts.clone()).expect("open");
+    let mut model = Model::new();
+    for _ in 0..20_000 {
+        let k = key_of(rng.gen_range(0..5_000));
+        let v = value_of(&mut rng);
+        db.put(&k, &v).expect("put");
+        model.insert(k, v);
+    }
+    db.close().expect("close");
+    let data = dir.join(woods::db::DATA_FILE);
+    let pages = fs.file_len(&data).expect("data file") / 4096;
+    for _ in 0..8 {
+        let p = rng.gen_range(1..pages);
+        assert!(fs.flip_byte(&data, p * 4096 + rng.gen_range(0..4096)));
+    }
+    let db = Db::open(
+        &dir,
+        Options {
+            index: None,
+            ..opts.clone()
+        },
+    )
+    .expect("reopen");
+    let mut errors = 0;
+    for (k, v) in &model {
+        match db.get(k) {
+            Ok(got) => assert_eq!(
+                got.as_ref(),
+                Some(v),
+                "{name} seed {seed}: wrong value instead of an error"
+            ),
+            Err(Error::Corruption { page: Some(_), .. }) => errors += 1,
+            Err(e) => panic!("{name} seed {seed}: unexpected error {e}"),
+        }
+    }
+    match db.check() {
+        Err(Error::Corruption { .. }) => {}
+        other => panic!("{name} seed {seed}: check should report corruption, got {other:?}"),
+    }
+    assert!(errors > 0, "{name} seed {seed}: no read hit a corrupt page");
+    drop(db);
+}
+
+/// Writers and readers at once; every iterator sees one point in time.
+fn concurrency_test(kind: IndexKind) {
+    let name = kind.name();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Db::open(dir.path(), small_options(&kind)).expect("open"));
+    let per_writer = 6_000 * scale();
+    let writers: Vec<_> = (0..2u8)
+        .map(|w| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..per_writer {
+                    let k = format!("w{w}/{i:08}");
+                    db.put(k.as_bytes(), i.to_le_bytes()).expect("put");
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let mut rounds = 0;
+                loop {
+                    // Each writer writes its keys in order, so a consistent view holds a prefix of
+                    // each writer's keys.
+                    let mut counts = [0u64; 2];
+                    for r in db.iter().expect("iter") {
+                        let (k, v) = r.expect("scan");
+                        let w = (k[1] - b'0') as usize;
+                        let i = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
+                        assert_eq!(
+                            i, counts[w],
+                            "{name}: iterator saw writer {w}'s key {i} without all before it"
+                        );
+                        counts[w] += 1;
+                    }
+                    rounds += 1;
+                    if counts.iter().all(|&c| c == per_writer) || rounds > 200 {
+                        return rounds;
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    for r in readers {
+        r.join().expect("reader");
+    }
+    for w in 0..2 {
+        for i in (0..per_writer).step_by(97) {
+            let k = format!("w{w}/{i:08}");
+            assert_eq!(
+                db.get(k.as_bytes()).expect("get"),
+                Some(i.to_le_bytes().to_vec())
+            );
+        }
+    }
+}
+
+/// Data several times the cache, read back correctly.
+fn larger_than_cache_test(kind: IndexKind) {
+    let name = kind.name();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = small_options(&kind);
+    let db = Db::open(dir.path(), opts.clone()).expect("open");
+    let n = 40_000 * scale();
+    let value = vec![7u8; 100];
+    for i in 0..n {
+        db.put(
+            format!("big{:010}", i.wrapping_mul(7919) % n).as_bytes(),
+            &value,
+        )
+        .expect("put");
+    }
+    db.flush().expect("flush");
+    let s = db.stats();
+    let data_bytes = n * 113;
+    assert!(
+        data_bytes >= 8 * opts.cache_bytes,
+        "data {data_bytes} not 8x cache"
+    );
+    assert!(
+        s.cache.capacity_pages * 4096 <= opts.cache_bytes,
+        "{name}: cache above its budget"
+    );
+    assert!(
+        s.memtable_bytes <= 2 * opts.memtable_bytes + (64 << 10),
+        "{name}: memtables above budget"
+    );
+    for i in (0..n).step_by(13) {
+        assert_eq!(
+            db.get(format!("big{i:010}").as_bytes()).expect("get"),
+            Some(value.clone()),
+            "{name}: key {i}"
+        );
+    }
+    let count = db.iter().expect("iter").count() as u64;
+    assert_eq!(count, n);
+    db.close().expect("close");
+}
+
+/// Bad input returns typed errors.
+fn bad_input_test(kind: IndexKind) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), small_options(&kind)).expect("open");
+    assert!(matches!(
+        db.put(b"", b"v"),
+        Err(Error::InvalidKey { len: 0 })
+    ));
+    assert!(matches!(
+        db.put(vec![1u8; woods::MAX_KEY_LEN + 1], b"v"),
+        Err(Error::InvalidKey { .. })
+    ));
+    assert!(matches!(
+        db.put(b"k", vec![0u8; woods::MAX_VALUE_LEN + 1]),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    assert!(matches!(
+        db.put(b"k", vec![0u8; 40 << 10]),
+        Err(Error::BatchTooLarge { .. })
+    ));
+    assert!(matches!(db.get(b""), Err(Error::InvalidKey { .. })));
+    db.put(vec![9u8; woods::MAX_KEY_LEN], b"max key")
+        .expect("max key");
+    assert_eq!(
+        db.get(vec![9u8; woods::MAX_KEY_LEN]).expect("get"),
+        Some(b"max key".to_vec())
+    );
+    // A second open of the same directory is refused.
+    assert!(matches!(
+        Db::open(dir.path(), small_options(&kind)),
+        Err(Error::Locked { .. })
+    ));
+    db.close().expect("close");
+    // Reopening with another index kind is a mismatch.
+    let other = common::kinds()
+        .into_iter()
+        .find(|k| k.name() != kind.name())
+        .expect("two kinds");
+    assert!(matches!(
+        Db::open(dir.path(), small_options(&other)),
+        Err(Error::OptionsMismatch { .. })
+    ));
+    // Merge entries need their operator.
+    let db = Db::open(dir.path(), small_options(&kind)).expect("open");
+    db.merge(b"m", b"1").expect("merge");
+    db.close().expect("close");
+    let no_op = Options {
+        merge_operator: None,
+        ..small_options(&kind)
+    };
+    assert!(matches!(
+        Db::open(dir.path(), no_op),
+        Err(Error::MergeOperator(_))
+    ));
+}
+
+/// Space: overwriting a fixed key set ten times leaves the file at most 3x its size after the
+/// first pass.
+fn space_test(kind: IndexKind) {
+    let name = kind.name();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), small_options(&kind)).expect("open");
+    let n = 10_000u64;
+    let mut first = 0;
+    for pass in 0..10u64 {
+        for i in 0..n {
+            let k = format!("space{:08}", i.wrapping_mul(104_729) % n);
+            db.put(k.as_bytes(), [pass as u8; 100]).expect("put");
+        }
+        db.flush().expect("flush");
+        let s = db.stats();
+        let used = s.file_pages * 4096;
+        if pass == 0 {
+            first = used;
+        }
+        eprintln!(
+            "space_test[{name}]: pass {pass}: {used} bytes in file, {} pages free",
+            s.free_pages
+        );
+        assert!(
+            used <= 3 * first,
+            "{name}: file grew to {used} bytes after pass {pass}, first pass {first}"
+        );
+    }
+    db.close().expect("close");
+}
+
+macro_rules! suite {
+    ($($m:ident: $k:expr),*) => {$(
+        mod $m {
+            use super::*;
+            #[test] fn model() { model_test(kind($k)) }
+            #[test] fn power_cut() { power_cut_test(kind($k)) }
+            #[test] fn faults() { fault_test(kind($k)) }
+            #[test] fn corruption() { corruption_test(kind($k)) }
+            #[test] fn concurrency() { concurrency_test(kind($k)) }
+            #[test] fn larger_than_cache() { larger_than_cache_test(kind($k)) }
+            #[test] fn bad_input() { bad_input_test(kind($k)) }
+            #[test] fn space() { space_test(kind($k)) }
+        }
+    )*};
+}
+
+suite!(btree: "btree", lsm: "lsm");
