@@ -809,7 +809,7 @@ impl Inner {
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            if self.failure.lock().is_some() || self.index.debt() == 0 {
+            if self.failure.lock().is_some() || !self.index.background_work() {
                 let mut g = self.work_lock.lock();
                 if self.shutdown.load(Ordering::Acquire) {
                     return;

@@ -728,3 +728,145 @@ macro_rules! suite {
 }
 
 suite!(btree: "btree", lsm: "lsm");
+
+/// The child side of the process-crash test: writes records in order and reports each
+/// acknowledgement (and whether background work was in flight) on stdout until killed.
+#[test]
+fn crash_child() {
+    let (Ok(dir), Ok(kind_name)) = (
+        std::env::var("WOODS_CRASH_DIR"),
+        std::env::var("WOODS_CRASH_KIND"),
+    ) else {
+        return; // only meaningful when spawned by crash_test
+    };
+    use std::io::Write;
+    let db = Db::open(
+        &dir,
+        Options {
+            index: None,
+            ..small_options(&kind(&kind_name))
+        },
+    )
+    .expect("child open");
+    let start: u64 = std::env::var("WOODS_CRASH_START")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut out = std::io::stdout().lock();
+    for i in start.. {
+        db.put(crash_key(i), crash_value(i)).expect("child put");
+        let busy = db.stats().memtables > 1;
+        writeln!(out, "ack {i} {}", if busy { "busy" } else { "idle" }).expect("stdout");
+        out.flush().expect("flush stdout");
+    }
+}
+
+fn crash_key(i: u64) -> Vec<u8> {
+    format!("c{:010}", i.wrapping_mul(0x9E37_79B9) % 10_000_000_000).into_bytes()
+}
+
+fn crash_value(i: u64) -> Vec<u8> {
+    format!("value-{i}-")
+        .repeat(1 + (i % 7) as usize)
+        .into_bytes()
+}
+
+/// Kills a writing child with SIGKILL at random moments (some while background work is in
+/// flight); after each kill the database holds a prefix of the writes containing every
+/// acknowledged one.
+fn crash_test(kind: IndexKind) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let name = kind.name();
+    let seed = seed(&format!("crash_test[{name}]"));
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("test binary");
+    let mut written = 0u64;
+    let mut busy_kills = 0;
+    for round in 0..6 {
+        let mut child = Command::new(&exe)
+            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .env("WOODS_CRASH_DIR", dir.path())
+            .env("WOODS_CRASH_KIND", name)
+            .env("WOODS_CRASH_START", written.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn child");
+        let stdout = child.stdout.take().expect("child stdout");
+        let kill_after = rng.gen_range(200..3_000u64);
+        let mut last_ack = None;
+        let mut busy = false;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let mut parts = line.split_whitespace();
+            if parts.next() != Some("ack") {
+                continue;
+            }
+            let i: u64 = parts
+                .next()
+                .and_then(|s| s.parse().ok())
+                .expect("ack number");
+            busy = parts.next() == Some("busy");
+            last_ack = Some(i);
+            if i - written >= kill_after && (busy || i - written >= kill_after + 2_000) {
+                break;
+            }
+        }
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap child");
+        if busy {
+            busy_kills += 1;
+        }
+        let last = last_ack.unwrap_or_else(|| {
+            panic!("{name} seed {seed} round {round}: child acknowledged nothing")
+        });
+        let db = Db::open(
+            dir.path(),
+            Options {
+                index: None,
+                ..small_options(&kind)
+            },
+        )
+        .expect("reopen after kill");
+        let mut k = 0;
+        while db.get(crash_key(k)).expect("get").is_some() {
+            k += 1;
+        }
+        assert!(
+            k > last,
+            "{name} seed {seed} round {round}: prefix {k} misses acknowledged write {last}"
+        );
+        for i in (0..k).step_by(37) {
+            assert_eq!(
+                db.get(crash_key(i)).expect("get"),
+                Some(crash_value(i)),
+                "{name} seed {seed}: record {i}"
+            );
+        }
+        for i in k..k + 100 {
+            assert_eq!(
+                db.get(crash_key(i)).expect("get"),
+                None,
+                "{name} seed {seed}: record {i} beyond the prefix"
+            );
+        }
+        db.close().expect("close");
+        written = k;
+    }
+    assert!(
+        busy_kills > 0,
+        "{name} seed {seed}: no kill landed while background work was in flight"
+    );
+}
+
+#[test]
+fn crash_btree() {
+    crash_test(kind("btree"))
+}
+
+#[test]
+fn crash_lsm() {
+    crash_test(kind("lsm"))
+}

@@ -160,6 +160,11 @@ pub trait Index: Send + Sync {
     /// one consistent version of the index.
     fn iter(&self, lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, reverse: bool)
         -> Result<Vec<EntryIter>>;
+    /// Whether background threads should keep calling `work`: pending debt, or reorganisation
+    /// the kind does beyond its debt (the `lsm` baseline's compactions).
+    fn background_work(&self) -> bool {
+        self.debt() > 0
+    }
     /// Extra write throttling (LevelDB rules); `Stall::None` for kinds that pace by debt alone.
     fn stall(&self) -> Stall {
         Stall::None
