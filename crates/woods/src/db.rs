@@ -108,6 +108,8 @@ struct Inner {
     work_lock: Mutex<()>,
     work_cv: Condvar,
     counters: Counters,
+    /// Pacing credit owed by writers but not yet worked off.
+    pace_owed: AtomicU64,
     io: Arc<IoCounters>,
     _lock: Box<dyn Any + Send + Sync>,
 }
@@ -289,6 +291,7 @@ impl Db {
             work_lock: Mutex::new(()),
             work_cv: Condvar::new(),
             counters: Counters::default(),
+            pace_owed: AtomicU64::new(0),
             io,
             _lock: lock,
             opts: opts.clone(),
@@ -673,6 +676,7 @@ impl Inner {
         }
         let debt = self.index.debt();
         if debt == 0 {
+            self.pace_owed.store(0, Ordering::Relaxed);
             return Ok(());
         }
         self.work_cv.notify_one();
@@ -680,13 +684,29 @@ impl Inner {
         let room = self.opts.memtable_bytes.saturating_sub(active).max(1);
         let credit =
             ((debt as u128 * used as u128).div_ceil(room as u128)).min(u64::MAX as u128) as u64;
+        // Credit accumulates until it is worth one step, so that structures whose steps have a
+        // fixed cost (a B-tree path rewrite) are not driven one entry at a time.
+        let owed = self.pace_owed.fetch_add(credit, Ordering::Relaxed) + credit;
+        if owed < self.step_bytes() && owed < debt {
+            return Ok(());
+        }
+        let take = self.pace_owed.swap(0, Ordering::Relaxed).min(debt);
+        if take == 0 {
+            return Ok(());
+        }
         let t = Instant::now();
-        self.do_work(credit.max(1))?;
+        self.do_work(take)?;
         let ns = elapsed_ns(t);
         self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
         self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
         self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The work one background step or paced step does: a sixteenth of a memtable, so that no
+    /// writer ever waits for more than that.
+    fn step_bytes(&self) -> u64 {
+        (self.opts.memtable_bytes / 16).max(16 << 10)
     }
 
     fn index_paced(&self) -> bool {
@@ -819,7 +839,7 @@ impl Inner {
                 continue;
             }
             // Errors turn the database read-only inside do_work.
-            let _ = self.do_work(u64::MAX / 4);
+            let _ = self.do_work(self.step_bytes());
         }
     }
 
