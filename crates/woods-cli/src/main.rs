@@ -130,6 +130,21 @@ enum Cmd {
     /// Check that the database holds exactly the generated records 0..k, for some k <= N.
     #[command(long_about = load::VERIFY_HELP)]
     Verify(GenArgs),
+    /// Random point lookups of generated records; prints lookups/s and bytes read per lookup.
+    #[command(long_about = load::READ_HELP)]
+    Read(ReadArgs),
+}
+
+#[derive(Args)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    pub gen: GenArgs,
+    /// Number of lookups.
+    #[arg(long, value_name = "M", default_value_t = 100_000)]
+    pub reads: u64,
+    /// Page cache size in bytes [default: the library's, 64M].
+    #[arg(long, value_name = "B", value_parser = parse_size)]
+    pub cache_bytes: Option<u64>,
 }
 
 /// Record shape shared by `load` and `verify`.
@@ -355,6 +370,7 @@ fn run(cli: Cli) -> CliResult<u8> {
         }
         Cmd::Load(a) => load::load(&a, opts),
         Cmd::Verify(a) => load::verify(&a, opts),
+        Cmd::Read(a) => load::read(&a, opts),
     }
 }
 

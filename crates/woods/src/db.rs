@@ -703,10 +703,10 @@ impl Inner {
         Ok(())
     }
 
-    /// The work one background step or paced step does: a sixteenth of a memtable, so that no
-    /// writer ever waits for more than that.
+    /// The work one background step or paced step does: 1/256 of a memtable (at least 16 KiB),
+    /// so that no writer ever waits for more than that.
     fn step_bytes(&self) -> u64 {
-        (self.opts.memtable_bytes / 16).max(16 << 10)
+        (self.opts.memtable_bytes / 256).max(16 << 10)
     }
 
     fn index_paced(&self) -> bool {
