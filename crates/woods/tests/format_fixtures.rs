@@ -1,0 +1,173 @@
+//! On-disk format fixtures: a database of every index kind written by format 1.0, committed
+//! under `tests/fixtures/v1.0/`, must keep opening with the same contents; an unknown major
+//! version must be refused.
+//!
+//! Regenerate (only when a new format version is introduced, into a new directory):
+//! `cargo test -p woods --test format_fixtures -- --ignored make_fixtures`
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use woods::{Db, Error, Options};
+
+const VERSION: &str = "v1.0";
+
+fn fixture_dir(kind: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(VERSION)
+        .join(kind)
+}
+
+/// What every fixture holds: written in the index, then more in the write-ahead log only.
+fn expected() -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut m = BTreeMap::new();
+    for i in 0..3000u32 {
+        m.insert(
+            format!("fixture-{i:05}").into_bytes(),
+            format!("value-{i}").into_bytes(),
+        );
+    }
+    for i in (0..3000u32).step_by(7) {
+        m.remove(format!("fixture-{i:05}").as_bytes());
+    }
+    for i in 0..50u32 {
+        m.entry(format!("counter-{i:02}").into_bytes())
+            .or_default()
+            .extend_from_slice(b"ab");
+    }
+    for i in 3000..3100u32 {
+        m.insert(
+            format!("fixture-{i:05}").into_bytes(),
+            format!("logged-{i}").into_bytes(),
+        );
+    }
+    m
+}
+
+fn options(kind: &woods::IndexKind) -> Options {
+    Options {
+        direct_io: false,
+        ..common::small_options(kind)
+    }
+}
+
+#[test]
+#[ignore = "writes the committed fixtures"]
+fn make_fixtures() {
+    for kind in common::kinds() {
+        let dir = fixture_dir(kind.name());
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = Db::open(&dir, options(&kind)).expect("create");
+        for i in 0..3000u32 {
+            db.put(format!("fixture-{i:05}"), format!("value-{i}"))
+                .expect("put");
+        }
+        for i in (0..3000u32).step_by(7) {
+            db.delete(format!("fixture-{i:05}")).expect("delete");
+        }
+        for i in 0..50u32 {
+            db.merge(format!("counter-{i:02}"), b"a").expect("merge");
+        }
+        db.close().expect("close");
+        let db = Db::open(&dir, options(&kind)).expect("reopen");
+        for i in 0..50u32 {
+            db.merge(format!("counter-{i:02}"), b"b").expect("merge");
+        }
+        for i in 3000..3100u32 {
+            db.put(format!("fixture-{i:05}"), format!("logged-{i}"))
+                .expect("put");
+        }
+        db.sync().expect("sync");
+        drop(db); // leave the last writes in the log only
+        let _ = std::fs::remove_file(dir.join("LOCK"));
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from)
+        .unwrap_or_else(|e| panic!("fixture {} missing: {e}", from.display()))
+    {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+    }
+}
+
+#[test]
+fn v1_fixtures_open_with_their_contents() {
+    for kind in common::kinds() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        copy_dir(&fixture_dir(kind.name()), tmp.path());
+        let db = Db::open(
+            tmp.path(),
+            Options {
+                index: None,
+                ..options(&kind)
+            },
+        )
+        .expect("open fixture");
+        assert_eq!(db.index_kind(), kind);
+        let got: BTreeMap<Vec<u8>, Vec<u8>> =
+            db.iter().expect("iter").map(|r| r.expect("scan")).collect();
+        assert!(
+            got == expected(),
+            "{}: fixture contents differ",
+            kind.name()
+        );
+        db.check().expect("check");
+        db.close().expect("close");
+    }
+}
+
+#[test]
+fn unknown_major_version_is_refused() {
+    for kind in common::kinds() {
+        // The data file's header.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        copy_dir(&fixture_dir(kind.name()), tmp.path());
+        let data = tmp.path().join(woods::db::DATA_FILE);
+        let mut bytes = std::fs::read(&data).expect("read data file");
+        bytes[8..10].copy_from_slice(&99u16.to_le_bytes());
+        std::fs::write(&data, bytes).expect("write data file");
+        match Db::open(
+            tmp.path(),
+            Options {
+                index: None,
+                ..options(&kind)
+            },
+        ) {
+            Err(Error::UnsupportedFormat {
+                found_major: 99, ..
+            }) => {}
+            Err(e) => panic!("{}: expected UnsupportedFormat, got {e}", kind.name()),
+            Ok(_) => panic!("{}: opened a database of major version 99", kind.name()),
+        }
+        // The manifest's header.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        copy_dir(&fixture_dir(kind.name()), tmp.path());
+        let current = std::fs::read_to_string(tmp.path().join("CURRENT")).expect("CURRENT");
+        let manifest = tmp.path().join(current.trim());
+        let mut bytes = std::fs::read(&manifest).expect("read manifest");
+        bytes[8..10].copy_from_slice(&99u16.to_le_bytes());
+        std::fs::write(&manifest, bytes).expect("write manifest");
+        match Db::open(
+            tmp.path(),
+            Options {
+                index: None,
+                ..options(&kind)
+            },
+        ) {
+            Err(Error::UnsupportedFormat {
+                found_major: 99, ..
+            }) => {}
+            Err(e) => panic!(
+                "{}: expected UnsupportedFormat from the manifest, got {e}",
+                kind.name()
+            ),
+            Ok(_) => panic!("{}: opened a manifest of major version 99", kind.name()),
+        }
+    }
+}
