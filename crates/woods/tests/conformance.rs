@@ -175,8 +175,16 @@ fn model_test(kind: IndexKind) {
                 } else {
                     Durability::Buffered
                 };
-                db.write_with(&b, d).expect("batch");
-                model = m2;
+                if b.size_bytes() as u64 > opts.memtable_bytes / 2 {
+                    assert!(
+                        matches!(db.write_with(&b, d), Err(Error::BatchTooLarge { .. })),
+                        "{}: oversized batch accepted",
+                        ctx(i)
+                    );
+                } else {
+                    db.write_with(&b, d).expect("batch");
+                    model = m2;
+                }
             }
             700..=849 => {
                 let k = key_of(rng.gen_range(0..keys));
@@ -869,4 +877,87 @@ fn crash_btree() {
 #[test]
 fn crash_lsm() {
     crash_test(kind("lsm"))
+}
+
+/// The child side of the memory test: loads data many times its budgets, reads it back and
+/// prints its peak resident memory.
+#[test]
+fn memory_child() {
+    let Ok(kind_name) = std::env::var("WOODS_MEMORY_KIND") else {
+        return; // only meaningful when spawned by memory_test
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        cache_bytes: 2 << 20,
+        memtable_bytes: 512 << 10,
+        ..small_options(&kind(&kind_name))
+    };
+    let db = Db::open(dir.path(), opts).expect("open");
+    let records: u64 = std::env::var("WOODS_MEMORY_RECORDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let value = [5u8; 1000];
+    for i in 0..records {
+        db.put(crash_key(i), value).expect("put");
+    }
+    db.flush().expect("flush");
+    for i in (0..records).step_by(101) {
+        assert_eq!(
+            db.get(crash_key(i)).expect("get").as_deref(),
+            Some(&value[..])
+        );
+    }
+    assert_eq!(db.iter().expect("iter").count() as u64, records);
+    db.close().expect("close");
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let hwm = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM line");
+    println!("peak {}", hwm.split_whitespace().nth(1).expect("kB"));
+}
+
+/// Data many times larger than the cache and memtable budgets: peak resident memory stays
+/// bounded by the budgets plus a fixed allowance, far below the data size.
+fn memory_test(kind: IndexKind) {
+    let name = kind.name();
+    let records = 40_000u64; // about 40 MB of keys and values
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "memory_child", "--nocapture", "--test-threads=1"])
+        .env("WOODS_MEMORY_KIND", name)
+        .env("WOODS_MEMORY_RECORDS", records.to_string())
+        .output()
+        .expect("run child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let peak_kb: u64 = stdout
+        .lines()
+        .find_map(|l| l.split("peak ").nth(1).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| {
+            panic!(
+                "{name}: child printed no peak: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let data_mb = (records * 1011) >> 20;
+    eprintln!(
+        "memory_test[{name}]: peak resident {} MiB for {data_mb} MiB of data",
+        peak_kb >> 10
+    );
+    // Budgets: 2 MiB cache + two 512 KiB memtables; the allowance covers the test binary,
+    // thread stacks, bloom filters and allocator slack.
+    assert!(
+        peak_kb < 24 << 10,
+        "{name}: peak resident memory {peak_kb} KiB above 24 MiB for {data_mb} MiB of data"
+    );
+}
+
+#[test]
+fn memory_btree() {
+    memory_test(kind("btree"))
+}
+
+#[test]
+fn memory_lsm() {
+    memory_test(kind("lsm"))
 }
