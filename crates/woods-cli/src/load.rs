@@ -31,9 +31,10 @@ acknowledged. Without it puts use Durability::Buffered (in the operating system 
 returns: survives a crash of this process), acknowledged at least every 1,000 records and every \
 100 ms, and after the last record.
 
-A progress bar is drawn on stderr when stderr is a terminal. At the end the database is flushed \
-and closed, and a summary line is printed: records, seconds (including the final flush and \
-close), inserts per second, write amplification (device bytes written / user key+value bytes) \
+A progress bar is drawn on stderr when stderr is a terminal. At the end the database is drained \
+(every memtable moved into the index and all background work, compactions included, done) and \
+closed, and a summary line is printed: records, seconds (including the drain and close), inserts \
+per second, write amplification (device bytes written / user key+value bytes) \
 with and without the write-ahead log's bytes, the longest stall and the longest pacing delay.";
 
 pub const VERIFY_HELP: &str = "\
@@ -140,7 +141,8 @@ pub fn load(a: &LoadArgs, base: Options) -> CliResult<u8> {
     pb.finish_and_clear();
     drop(acks);
 
-    db.flush().ctx(|| "flushing the database".into())?;
+    db.drain()
+        .ctx(|| "draining the database's background work".into())?;
     let stats = db.stats();
     db.close().ctx(|| "closing the database".into())?;
     let secs = start.elapsed().as_secs_f64();
