@@ -13,7 +13,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::batch::{self, WriteBatch};
 use crate::cache::{Cache, CacheStats};
-use crate::entry::{codec, Entry, Kind, MAX_SEQ};
+use crate::entry::{codec, Entry, MAX_SEQ};
 use crate::error::{Error, Result};
 use crate::index::{open_index, Index, IndexContext, IndexStats, Snapshots, Stall};
 use crate::manifest::Manifest;
@@ -409,28 +409,12 @@ impl Db {
 
     /// Iterates `(key, value)` over a key range, ascending, from a consistent point in time.
     pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
-        let seq = self.inner.pin_seq();
-        DbIter::new(
-            self.inner.clone(),
-            seq,
-            bound(range.start_bound()),
-            bound(range.end_bound()),
-            false,
-            true,
-        )
+        DbIter::new(self.inner.clone(), self.inner.pin_seq(), &range, false)
     }
 
     /// Like [`Db::range`], descending.
     pub fn range_rev<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
-        let seq = self.inner.pin_seq();
-        DbIter::new(
-            self.inner.clone(),
-            seq,
-            bound(range.start_bound()),
-            bound(range.end_bound()),
-            true,
-            true,
-        )
+        DbIter::new(self.inner.clone(), self.inner.pin_seq(), &range, true)
     }
 
     /// Iterates every key, ascending.
@@ -919,25 +903,11 @@ impl Snapshot {
     }
     pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
         self.inner.snapshots.acquire(self.seq);
-        DbIter::new(
-            self.inner.clone(),
-            self.seq,
-            bound(range.start_bound()),
-            bound(range.end_bound()),
-            false,
-            true,
-        )
+        DbIter::new(self.inner.clone(), self.seq, &range, false)
     }
     pub fn range_rev<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
         self.inner.snapshots.acquire(self.seq);
-        DbIter::new(
-            self.inner.clone(),
-            self.seq,
-            bound(range.start_bound()),
-            bound(range.end_bound()),
-            true,
-            true,
-        )
+        DbIter::new(self.inner.clone(), self.seq, &range, true)
     }
 }
 
@@ -947,23 +917,23 @@ impl Drop for Snapshot {
     }
 }
 
-/// An iterator over `(key, value)` pairs at one point in time.
+/// An iterator over `(key, value)` pairs at one point in time. It holds a registration of its
+/// sequence number in the live snapshots, released when it is dropped.
 pub struct DbIter {
     inner: Arc<Inner>,
     seq: u64,
-    owns_pin: bool,
     resolver: Resolver,
 }
 
 impl DbIter {
-    fn new(
+    /// Takes over the snapshot registration of `seq` made by the caller.
+    fn new<R: RangeBounds<Vec<u8>>>(
         inner: Arc<Inner>,
         seq: u64,
-        lo: Bound<Vec<u8>>,
-        hi: Bound<Vec<u8>>,
+        range: &R,
         reverse: bool,
-        owns_pin: bool,
     ) -> Result<DbIter> {
+        let (lo, hi) = (bound(range.start_bound()), bound(range.end_bound()));
         let srcs = match inner.sources(&lo, &hi, reverse) {
             Ok(s) => s,
             Err(e) => {
@@ -976,7 +946,6 @@ impl DbIter {
         Ok(DbIter {
             inner,
             seq,
-            owns_pin,
             resolver,
         })
     }
@@ -993,13 +962,6 @@ impl Iterator for DbIter {
 
 impl Drop for DbIter {
     fn drop(&mut self) {
-        if self.owns_pin {
-            self.inner.snapshots.release(self.seq);
-        }
+        self.inner.snapshots.release(self.seq);
     }
-}
-
-/// Whether an entry kind is a tombstone (used by the CLI's dump).
-pub fn is_tombstone(k: Kind) -> bool {
-    k == Kind::Delete
 }
