@@ -1,5 +1,6 @@
 //! Library part of the `woods` command-line tool: the deterministic record generator shared by
-//! `woods load` and `woods verify`, and the text encoding of keys and values.
+//! `woods load`, `woods verify` and `woods bench` (it lives in `woods-bench`), and the text
+//! encoding of keys and values.
 
 pub mod encoding;
-pub mod gen;
+pub use woods_bench::gen;

@@ -133,6 +133,10 @@ enum Cmd {
     /// Random point lookups of generated records; prints lookups/s and bytes read per lookup.
     #[command(long_about = load::READ_HELP)]
     Read(ReadArgs),
+    /// Benchmark woods' index kinds (and peer engines) under the same workloads; without
+    /// arguments, a one-minute smoke run.
+    #[command(long_about = woods_bench::cli::BENCH_HELP)]
+    Bench(woods_bench::cli::BenchArgs),
 }
 
 #[derive(Args)]
@@ -371,6 +375,17 @@ fn run(cli: Cli) -> CliResult<u8> {
         Cmd::Load(a) => load::load(&a, opts),
         Cmd::Verify(a) => load::verify(&a, opts),
         Cmd::Read(a) => load::read(&a, opts),
+        Cmd::Bench(a) => {
+            let exe = std::env::current_exe().map_err(|e| {
+                CliError::Msg(format!("cannot find this binary to run engines: {e}"))
+            })?;
+            Ok(woods_bench::cli::run(
+                &a,
+                !cli.no_direct_io,
+                &exe,
+                &["bench".into()],
+            ))
+        }
     }
 }
 

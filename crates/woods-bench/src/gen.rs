@@ -1,4 +1,4 @@
-//! Deterministic records for `woods load` and `woods verify`.
+//! Deterministic records for `woods load`, `woods verify`, `woods read` and `woods bench`.
 //!
 //! Record `i` (for a seed `s`) has
 //! - key: `h = splitmix64(i ^ c)` with `c = splitmix64(s ^ KEY_SALT)`, written big-endian and

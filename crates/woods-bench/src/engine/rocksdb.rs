@@ -1,0 +1,147 @@
+//! RocksDB through the `rocksdb` crate, linked to the system's librocksdb (Debian's
+//! librocksdb-dev 7.8.3; `.cargo/config.toml` sets `ROCKSDB_LIB_DIR`). Every setting is
+//! listed in `docs/benchmarks.md`.
+
+use std::path::Path;
+use std::thread;
+use std::time::Duration;
+
+use rocksdb::{BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions, DB};
+
+use super::{BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
+use crate::metrics::direct_io_supported;
+
+/// A RocksDB database with the benchmark's settings.
+pub struct RocksDbEngine {
+    db: Option<DB>,
+    /// Kept for its statistics object, which the database shares.
+    opts: Options,
+    write_opts: WriteOptions,
+    direct_io: bool,
+    /// Keeps the block cache alive as long as the database.
+    _cache: Cache,
+}
+
+fn err(what: &str, e: rocksdb::Error) -> BenchError {
+    BenchError::new(format!("rocksdb {what}: {e}"))
+}
+
+impl RocksDbEngine {
+    /// Opens (or creates) a RocksDB database in `dir`: WAL on and not synced per write,
+    /// compression off, a 10 bits/key bloom filter, index and filter blocks in the block cache,
+    /// two write buffers of the budget's write-buffer share, the rest block cache, and direct
+    /// I/O for reads, flushes and compactions when asked for and the file system allows it.
+    pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<RocksDbEngine> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| BenchError::new(format!("creating {}: {e}", dir.display())))?;
+        let direct_io = cfg.direct_io && direct_io_supported(dir);
+        let split = cfg.split();
+
+        let cache = Cache::new_lru_cache(split.cache_bytes as usize);
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&cache);
+        table.set_bloom_filter(10.0, false);
+        // Filters and index blocks count against the same budget as data blocks.
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_compression_type(DBCompressionType::None);
+        opts.set_write_buffer_size(split.write_buffer_bytes as usize);
+        opts.set_max_write_buffer_number(2);
+        opts.set_use_direct_reads(direct_io);
+        opts.set_use_direct_io_for_flush_and_compaction(direct_io);
+        // For the WAL byte count (write amplification without the log).
+        opts.enable_statistics();
+        opts.set_block_based_table_factory(&table);
+
+        let db = DB::open(&opts, dir).map_err(|e| err("open", e))?;
+        let mut write_opts = WriteOptions::default();
+        write_opts.set_sync(false);
+        write_opts.disable_wal(false);
+        Ok(RocksDbEngine {
+            db: Some(db),
+            opts,
+            write_opts,
+            direct_io,
+            _cache: cache,
+        })
+    }
+
+    fn db(&self) -> &DB {
+        self.db.as_ref().expect("the database is open until close")
+    }
+
+    fn property(&self, name: &str) -> BenchResult<u64> {
+        self.db()
+            .property_int_value(name)
+            .map_err(|e| err(name, e))
+            .map(|v| v.unwrap_or(0))
+    }
+
+    /// A ticker from the statistics dump (`rocksdb.wal.bytes COUNT : 123`).
+    fn ticker(&self, name: &str) -> Option<u64> {
+        let text = self.opts.get_statistics()?;
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(name)?.trim_start();
+            rest.strip_prefix("COUNT :")?.trim().parse().ok()
+        })
+    }
+}
+
+impl Engine for RocksDbEngine {
+    fn name(&self) -> String {
+        "rocksdb".into()
+    }
+
+    fn direct_io(&self) -> bool {
+        self.direct_io
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+        self.db()
+            .put_opt(key, value, &self.write_opts)
+            .map_err(|e| err("put", e))
+    }
+
+    fn get(&mut self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        self.db().get(key).map_err(|e| err("get", e))
+    }
+
+    fn drain(&mut self) -> BenchResult<()> {
+        self.db().flush().map_err(|e| err("flush", e))?;
+        // The C API of 7.8 has no WaitForCompact: poll until nothing is pending or running.
+        loop {
+            let busy = self.property("rocksdb.compaction-pending")?
+                + self.property("rocksdb.num-running-compactions")?
+                + self.property("rocksdb.num-running-flushes")?
+                + self.property("rocksdb.mem-table-flush-pending")?;
+            if busy == 0 {
+                return Ok(());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn counters(&self) -> OwnCounters {
+        let wal = self.ticker("rocksdb.wal.bytes");
+        let flush = self.ticker("rocksdb.flush.write.bytes");
+        let compact = self.ticker("rocksdb.compact.write.bytes");
+        let written = match (wal, flush, compact) {
+            (Some(w), Some(f), Some(c)) => Some(w + f + c),
+            _ => None,
+        };
+        OwnCounters {
+            written,
+            wal_written: wal,
+            user_read: None,
+        }
+    }
+
+    fn close(mut self: Box<Self>) -> BenchResult<()> {
+        // Dropping the handle closes the database and joins its background threads.
+        drop(self.db.take());
+        Ok(())
+    }
+}

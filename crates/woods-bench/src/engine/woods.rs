@@ -1,0 +1,76 @@
+//! The woods adapter: one per [`woods::IndexKind`].
+
+use std::path::Path;
+
+use woods::storage::Purpose;
+use woods::{Db, IndexKind, Options};
+
+use super::{BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
+
+/// A woods database with one index kind.
+pub struct WoodsEngine {
+    db: Db,
+    kind: String,
+}
+
+fn err(what: &str, e: woods::Error) -> BenchError {
+    BenchError::new(format!("woods {what}: {e}"))
+}
+
+impl WoodsEngine {
+    /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`) in `dir`. The
+    /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
+    /// cache; the write-ahead log is on with buffered durability, as for every engine.
+    pub fn open(kind: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
+        let index = IndexKind::from_name(kind).map_err(|e| err("index kind", e))?;
+        let split = cfg.split();
+        let opts = Options {
+            index: Some(index),
+            cache_bytes: split.cache_bytes,
+            memtable_bytes: split.write_buffer_bytes,
+            direct_io: cfg.direct_io,
+            wal: true,
+            ..Options::default()
+        };
+        let db = Db::open(dir, opts).map_err(|e| err("open", e))?;
+        Ok(WoodsEngine {
+            db,
+            kind: kind.to_string(),
+        })
+    }
+}
+
+impl Engine for WoodsEngine {
+    fn name(&self) -> String {
+        format!("woods:{}", self.kind)
+    }
+
+    fn direct_io(&self) -> bool {
+        self.db.stats().direct_io
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+        self.db.put(key, value).map_err(|e| err("put", e))
+    }
+
+    fn get(&mut self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+        self.db.get(key).map_err(|e| err("get", e))
+    }
+
+    fn drain(&mut self) -> BenchResult<()> {
+        self.db.drain().map_err(|e| err("drain", e))
+    }
+
+    fn counters(&self) -> OwnCounters {
+        let io = self.db.stats().io;
+        OwnCounters {
+            written: Some(io.total_written()),
+            wal_written: Some(io.written(Purpose::Wal)),
+            user_read: Some(io.read(Purpose::UserRead)),
+        }
+    }
+
+    fn close(self: Box<Self>) -> BenchResult<()> {
+        self.db.close().map_err(|e| err("close", e))
+    }
+}

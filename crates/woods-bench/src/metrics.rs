@@ -1,0 +1,234 @@
+//! What a phase measures about the process running it: device I/O from `/proc/self/io`, CPU
+//! time and peak resident memory from `getrusage`, operation latencies in an HDR histogram,
+//! throughput per second, and bytes on disk.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// Device I/O of this process so far (`/proc/self/io`, all threads, living and ended).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcIo {
+    /// Bytes this process caused to be read from the device.
+    pub read_bytes: u64,
+    /// Bytes this process caused to be written to the device (counted when pages are dirtied).
+    pub write_bytes: u64,
+    /// Dirty bytes that were never written (truncated or deleted before writeback).
+    pub cancelled_write_bytes: u64,
+}
+
+impl ProcIo {
+    /// The current counters, or `None` where `/proc/self/io` cannot be read (no task I/O
+    /// accounting in the kernel, or not Linux).
+    pub fn now() -> Option<ProcIo> {
+        let text = fs::read_to_string("/proc/self/io").ok()?;
+        let field = |name: &str| -> Option<u64> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        Some(ProcIo {
+            read_bytes: field("read_bytes")?,
+            write_bytes: field("write_bytes")?,
+            cancelled_write_bytes: field("cancelled_write_bytes")?,
+        })
+    }
+
+    /// Bytes written net of cancelled writes between `self` (earlier) and `later`.
+    pub fn net_written_until(&self, later: &ProcIo) -> u64 {
+        let w = later.write_bytes.saturating_sub(self.write_bytes);
+        let c = later
+            .cancelled_write_bytes
+            .saturating_sub(self.cancelled_write_bytes);
+        w.saturating_sub(c)
+    }
+
+    /// Bytes read between `self` (earlier) and `later`.
+    pub fn read_until(&self, later: &ProcIo) -> u64 {
+        later.read_bytes.saturating_sub(self.read_bytes)
+    }
+}
+
+/// CPU time and peak resident memory of this process so far (`getrusage(RUSAGE_SELF)`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub user: Duration,
+    pub system: Duration,
+    /// Peak resident set size in bytes since the process started.
+    pub max_rss_bytes: u64,
+}
+
+impl Usage {
+    pub fn now() -> Usage {
+        // SAFETY: getrusage writes a plain C struct that we own; a zeroed rusage is valid.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: RUSAGE_SELF with a valid pointer cannot fail.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        if rc != 0 {
+            return Usage::default();
+        }
+        let tv = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec.max(0) as u64)
+                + Duration::from_micros(t.tv_usec.max(0) as u64)
+        };
+        Usage {
+            user: tv(ru.ru_utime),
+            system: tv(ru.ru_stime),
+            // Linux reports ru_maxrss in KiB.
+            max_rss_bytes: (ru.ru_maxrss.max(0) as u64) * 1024,
+        }
+    }
+}
+
+/// Latency percentiles of one phase, in nanoseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    pub count: u64,
+    pub mean_ns: f64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub p9999_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Times every operation of a phase and counts completions per second of the run.
+pub struct Recorder {
+    hist: Histogram<u64>,
+    start: Instant,
+    per_second: Vec<u64>,
+}
+
+/// Longest latency the histogram resolves; longer ones are clamped to it (and still the max).
+const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
+
+impl Recorder {
+    pub fn new() -> Recorder {
+        Recorder {
+            // Three significant digits from 1 ns to an hour: about 200 KiB of counters.
+            hist: Histogram::new_with_bounds(1, MAX_TRACKED_NS, 3)
+                .expect("constant histogram bounds are valid"),
+            start: Instant::now(),
+            per_second: Vec::new(),
+        }
+    }
+
+    /// When the phase started.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// Records one operation that started at `t0` and ended at `t1`.
+    pub fn record(&mut self, t0: Instant, t1: Instant) {
+        let ns = t1.duration_since(t0).as_nanos().min(MAX_TRACKED_NS as u128) as u64;
+        self.hist.saturating_record(ns.max(1));
+        let sec = t1.duration_since(self.start).as_secs() as usize;
+        if sec >= self.per_second.len() {
+            self.per_second.resize(sec + 1, 0);
+        }
+        self.per_second[sec] += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// Operations completed in each whole second since the start (stalls show as dips).
+    pub fn per_second(&self) -> &[u64] {
+        &self.per_second
+    }
+
+    pub fn latency(&self) -> Latency {
+        let h = &self.hist;
+        if h.is_empty() {
+            return Latency::default();
+        }
+        Latency {
+            count: h.len(),
+            mean_ns: h.mean(),
+            p50_ns: h.value_at_quantile(0.50),
+            p99_ns: h.value_at_quantile(0.99),
+            p999_ns: h.value_at_quantile(0.999),
+            p9999_ns: h.value_at_quantile(0.9999),
+            max_ns: h.max(),
+        }
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new()
+    }
+}
+
+/// Bytes allocated on the device for everything under `dir` (st_blocks × 512, so sparse
+/// files count what they occupy, not their length).
+pub fn disk_bytes(dir: &Path) -> io::Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            total += disk_bytes(&entry.path())?;
+        } else {
+            total += meta.blocks() * 512;
+        }
+    }
+    Ok(total)
+}
+
+/// Whether files in `dir` can be opened with `O_DIRECT` (tmpfs and some overlay setups refuse).
+pub fn direct_io_supported(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(".woods-bench-direct-probe");
+    let ok = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok();
+    let _ = fs::remove_file(&probe);
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_io_parses_and_grows() {
+        let Some(a) = ProcIo::now() else {
+            return; // no task I/O accounting here
+        };
+        let b = ProcIo::now().unwrap();
+        assert!(b.write_bytes >= a.write_bytes);
+        assert_eq!(a.net_written_until(&a), 0);
+    }
+
+    #[test]
+    fn recorder_percentiles() {
+        let mut r = Recorder::new();
+        let t0 = r.start();
+        for i in 1..=1000u64 {
+            r.record(t0, t0 + Duration::from_micros(i));
+        }
+        let l = r.latency();
+        assert_eq!(l.count, 1000);
+        assert!((499_000..=501_000).contains(&l.p50_ns), "{l:?}");
+        assert!(l.max_ns >= 999_000);
+        assert_eq!(r.per_second().iter().sum::<u64>(), 1000);
+    }
+
+    #[test]
+    fn usage_is_positive() {
+        let u = Usage::now();
+        assert!(u.max_rss_bytes > 0);
+    }
+}

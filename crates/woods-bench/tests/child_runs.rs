@@ -1,0 +1,127 @@
+//! Every engine of this build through fillrandom, overwrite and readrandom in child processes
+//! of the `woods-bench` binary, with a few thousand records: the counts add up and the JSON
+//! parses. (A smoke test of the instrument; figures from it mean nothing.)
+
+use std::path::Path;
+use std::process::Command;
+
+use woods_bench::child::run_in_child;
+use woods_bench::engine::{known_engines, EngineConfig};
+use woods_bench::workload::{EngineResult, RunSpec, Workload};
+
+const RECORDS: u64 = 3000;
+const READS: u64 = 1000;
+const OVERWRITES: u64 = 500;
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_woods-bench"))
+}
+
+fn check(r: &EngineResult, engine: &str) {
+    assert_eq!(r.engine, engine);
+    let names: Vec<Workload> = r.phases.iter().map(|p| p.workload).collect();
+    assert_eq!(
+        names,
+        [
+            Workload::FillRandom,
+            Workload::Overwrite,
+            Workload::ReadRandom
+        ]
+    );
+    let load = r.phase(Workload::FillRandom).unwrap();
+    assert_eq!(load.ops, RECORDS);
+    assert_eq!(load.latency.count, RECORDS);
+    assert_eq!(load.user_bytes, RECORDS * 124);
+    assert_eq!(load.per_second.iter().sum::<u64>(), RECORDS);
+    assert!(load.ops_per_sec > 0.0);
+    assert!(load.latency.p50_ns <= load.latency.p99_ns);
+    assert!(load.latency.p99_ns <= load.latency.max_ns);
+    assert!(load.disk_bytes > 0, "{engine}: nothing on disk");
+    assert!(load.peak_rss_bytes > 0);
+    let over = r.phase(Workload::Overwrite).unwrap();
+    assert_eq!(over.ops, OVERWRITES);
+    let read = r.phase(Workload::ReadRandom).unwrap();
+    assert_eq!(read.ops, READS);
+    assert_eq!(read.checked, READS, "{engine}: every read is checked");
+    assert_eq!(read.latency.count, READS);
+}
+
+#[test]
+fn every_engine_in_a_child() {
+    let tmp = tempfile::tempdir().unwrap();
+    for engine in known_engines() {
+        let spec = RunSpec {
+            engine: engine.clone(),
+            dir: tmp.path().join(engine.replace(':', "-")),
+            config: EngineConfig {
+                memory_bytes: 2 << 20,
+                direct_io: true,
+            },
+            workloads: vec![
+                Workload::FillRandom,
+                Workload::Overwrite,
+                Workload::ReadRandom,
+            ],
+            records: RECORDS,
+            reads: READS,
+            overwrites: OVERWRITES,
+            key_size: 24,
+            value_size: 100,
+            seed: 11,
+            progress: false,
+        };
+        let r = run_in_child(exe(), &[], &spec).unwrap();
+        check(&r, &engine);
+    }
+}
+
+#[test]
+fn the_binary_writes_a_table_and_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("bench.json");
+    let engines = known_engines().join(",");
+    let out = Command::new(exe())
+        .args([
+            "--engines",
+            &engines,
+            "--records",
+            "3000",
+            "--reads",
+            "1000",
+        ])
+        .args(["--overwrites", "500", "--cache-bytes", "2M", "--seed", "3"])
+        .arg("--dir")
+        .arg(tmp.path().join("dbs"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("load ops/s"), "{stdout}");
+    assert!(stdout.contains("ratio to woods:btree"), "{stdout}");
+    assert!(!stdout.contains("SMOKE RUN"));
+    let rep: woods_bench::cli::BenchReport =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(!rep.smoke);
+    assert!(rep.failures.is_empty());
+    assert_eq!(rep.results.len(), known_engines().len());
+    for (r, name) in rep.results.iter().zip(known_engines()) {
+        check(r, &name);
+    }
+    assert!(!tmp.path().join("dbs").join("woods-lsm").exists());
+}
+
+#[test]
+fn unknown_engine_is_a_usage_error() {
+    let out = Command::new(exe())
+        .args(["--engines", "woods:nope", "--records", "10"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown engine"));
+}
