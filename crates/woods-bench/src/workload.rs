@@ -264,7 +264,7 @@ fn run_phase(
             for i in 0..ops {
                 gen.key_into(i, &mut key);
                 gen.value_into(i, &mut value);
-                timed_put(db.as_mut(), &mut rec, &key, &value)
+                timed_put(db.as_ref(), &mut rec, &key, &value)
                     .map_err(|e| BenchError::new(format!("record {i}: {e}")))?;
                 progress.tick(i + 1);
             }
@@ -275,7 +275,7 @@ fn run_phase(
                 let i = rng.below(spec.records);
                 gen.key_into(i, &mut key);
                 regen.value_into(i, &mut value);
-                timed_put(db.as_mut(), &mut rec, &key, &value)
+                timed_put(db.as_ref(), &mut rec, &key, &value)
                     .map_err(|e| BenchError::new(format!("record {i}: {e}")))?;
                 overwritten.set(i);
                 progress.tick(n + 1);
@@ -395,7 +395,7 @@ fn cross_check(engine: &str, p: &PhaseResult) -> BenchResult<()> {
     Ok(())
 }
 
-fn timed_put(db: &mut dyn Engine, rec: &mut Recorder, key: &[u8], value: &[u8]) -> BenchResult<()> {
+fn timed_put(db: &dyn Engine, rec: &mut Recorder, key: &[u8], value: &[u8]) -> BenchResult<()> {
     let t0 = Instant::now();
     db.put(key, value)?;
     rec.record(t0, Instant::now());

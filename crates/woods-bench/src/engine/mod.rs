@@ -77,13 +77,34 @@ pub struct OwnCounters {
 /// One engine behind the benchmark: opened in a directory with an [`EngineConfig`], then
 /// driven by the workloads. Every adapter writes with its write-ahead log on and not synced
 /// per write, compression off.
-pub trait Engine {
+///
+/// `put`, `get`, `delete` and `scan` take `&self` and the engine is `Send + Sync`: with
+/// `--threads N`, N client threads call them on one shared engine at once, as N clients of one
+/// database would. An adapter whose handle is not thread-safe must serialise internally (and
+/// say so in `docs/benchmarks.md`).
+pub trait Engine: Send + Sync {
     /// The command-line name (`woods:lsm`, `rocksdb`).
     fn name(&self) -> String;
     /// Whether the engine's data files are actually read and written with direct I/O.
     fn direct_io(&self) -> bool;
-    fn put(&mut self, key: &[u8], value: &[u8]) -> BenchResult<()>;
-    fn get(&mut self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
+    /// Writes `value` under `key`, replacing any value it had.
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()>;
+    /// The value under `key`, or `None` when it has none (never written, or deleted).
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
+    /// Removes `key` (nothing happens when it is absent), with the same write options as
+    /// `put`: write-ahead log on, not synced.
+    fn delete(&self, key: &[u8]) -> BenchResult<()>;
+    /// One seek and up to `limit - 1` nexts of an iterator: calls `visit(key, value)` for the
+    /// entries whose key is at least `start` (from the first key when `start` is empty), in
+    /// ascending key order, at most `limit` of them, stopping early at the end of the data.
+    /// Returns how many it visited. The slices are only valid during the call; an engine that
+    /// can lend them without copying should. No point-in-time view across the scan is needed.
+    fn scan(
+        &self,
+        start: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> BenchResult<usize>;
     /// Moves buffered writes into the engine's files and finishes all background work
     /// (flushes, compactions), returning when the engine is idle.
     fn drain(&mut self) -> BenchResult<()>;

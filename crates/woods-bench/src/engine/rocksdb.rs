@@ -99,14 +99,51 @@ impl Engine for RocksDbEngine {
         self.direct_io
     }
 
-    fn put(&mut self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
         self.db()
             .put_opt(key, value, &self.write_opts)
             .map_err(|e| err("put", e))
     }
 
-    fn get(&mut self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
         self.db().get(key).map_err(|e| err("get", e))
+    }
+
+    fn delete(&self, key: &[u8]) -> BenchResult<()> {
+        self.db()
+            .delete_opt(key, &self.write_opts)
+            .map_err(|e| err("delete", e))
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> BenchResult<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mut it = self.db().raw_iterator();
+        if start.is_empty() {
+            it.seek_to_first();
+        } else {
+            it.seek(start);
+        }
+        let mut n = 0;
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            visit(k, v);
+            n += 1;
+            if n == limit {
+                break;
+            }
+            it.next();
+        }
+        it.status().map_err(|e| err("iterator", e))?;
+        Ok(n)
     }
 
     fn drain(&mut self) -> BenchResult<()> {

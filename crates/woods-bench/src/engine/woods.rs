@@ -49,12 +49,38 @@ impl Engine for WoodsEngine {
         self.db.stats().direct_io
     }
 
-    fn put(&mut self, key: &[u8], value: &[u8]) -> BenchResult<()> {
+    fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
         self.db.put(key, value).map_err(|e| err("put", e))
     }
 
-    fn get(&mut self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
+    fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
         self.db.get(key).map_err(|e| err("get", e))
+    }
+
+    fn delete(&self, key: &[u8]) -> BenchResult<()> {
+        self.db.delete(key).map_err(|e| err("delete", e))
+    }
+
+    fn scan(
+        &self,
+        start: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> BenchResult<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let iter = self
+            .db
+            .range(start.to_vec()..)
+            .map_err(|e| err("seek", e))?;
+        let mut n = 0;
+        for entry in iter.take(limit) {
+            let (k, v) = entry.map_err(|e| err("next", e))?;
+            visit(&k, &v);
+            n += 1;
+        }
+        Ok(n)
     }
 
     fn drain(&mut self) -> BenchResult<()> {
