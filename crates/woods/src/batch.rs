@@ -3,6 +3,22 @@
 use crate::entry::codec::{self, Reader};
 use crate::entry::{check_key, check_value, Kind};
 use crate::error::Result;
+use crate::memtable::ENTRY_OVERHEAD;
+use crate::wal::MAX_WAL_RECORD;
+
+/// Bytes of a batch's log payload before its first op: first sequence number and op count.
+const PAYLOAD_HEADER: usize = 8 + 4;
+
+// An op's encoding overhead (kind byte, two varint lengths of at most 10 bytes each) fits in the
+// per-entry charge, so a batch's log payload is at most `size_bytes() + PAYLOAD_HEADER` long.
+const _: () = assert!(1 + 10 + 10 <= ENTRY_OVERHEAD as usize);
+
+/// The largest batch ([`WriteBatch::size_bytes`]) a database with `memtable_bytes` accepts: half
+/// a memtable, and never more than one log record can carry.
+pub(crate) fn max_batch_bytes(memtable_bytes: u64) -> usize {
+    let half = usize::try_from(memtable_bytes / 2).unwrap_or(usize::MAX);
+    half.min(MAX_WAL_RECORD as usize - PAYLOAD_HEADER)
+}
 
 /// A group of writes applied atomically, in order: all or none survive a crash.
 #[derive(Clone, Debug, Default)]
@@ -28,7 +44,7 @@ impl WriteBatch {
         self.push(Kind::Merge, key.as_ref(), operand.as_ref())
     }
     fn push(&mut self, kind: Kind, key: &[u8], value: &[u8]) -> &mut Self {
-        self.bytes += key.len() + value.len() + 16;
+        self.bytes += key.len() + value.len() + ENTRY_OVERHEAD as usize;
         self.ops.push((kind, key.to_vec(), value.to_vec()));
         self
     }
@@ -38,7 +54,8 @@ impl WriteBatch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
-    /// Approximate encoded size in bytes.
+    /// Size in bytes as the memtable charges it (keys, values and per-entry overhead); at least
+    /// the encoded size of the batch's ops.
     pub fn size_bytes(&self) -> usize {
         self.bytes
     }
@@ -61,7 +78,7 @@ impl WriteBatch {
 
     /// WAL payload: first sequence number, count, then each op (kind, key, value).
     pub(crate) fn encode(&self, first_seq: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.bytes + 16);
+        let mut out = Vec::with_capacity(self.bytes + PAYLOAD_HEADER);
         codec::put_u64(&mut out, first_seq);
         codec::put_u32(&mut out, self.ops.len() as u32);
         for (kind, k, v) in &self.ops {
@@ -91,4 +108,30 @@ pub(crate) fn decode(payload: &[u8]) -> Result<DecodedBatch> {
         ops.push((kind, k, v));
     }
     Ok(DecodedBatch { first_seq, ops })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::{MAX_KEY_LEN, MAX_VALUE_LEN};
+
+    #[test]
+    fn payload_fits_the_charged_size() {
+        let mut b = WriteBatch::new();
+        b.put(vec![1u8; MAX_KEY_LEN], vec![2u8; MAX_VALUE_LEN]);
+        b.delete(b"k");
+        b.merge(vec![3u8; 200], vec![4u8; 70_000]);
+        b.put(b"x", b"");
+        assert!(b.encode(1).len() <= b.size_bytes() + PAYLOAD_HEADER);
+    }
+
+    #[test]
+    fn batch_limit_respects_the_log_record_limit() {
+        assert_eq!(max_batch_bytes(64 << 10), 32 << 10);
+        assert_eq!(
+            max_batch_bytes(256 << 20),
+            MAX_WAL_RECORD as usize - PAYLOAD_HEADER
+        );
+        assert!(max_batch_bytes(1 << 34) + PAYLOAD_HEADER <= MAX_WAL_RECORD as usize);
+    }
 }

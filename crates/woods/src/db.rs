@@ -110,6 +110,8 @@ struct Inner {
     counters: Counters,
     /// Pacing credit owed by writers but not yet worked off.
     pace_owed: AtomicU64,
+    /// Whether writers pace by debt (every kind but `lsm`, which keeps LevelDB's stall rules).
+    paced: bool,
     io: Arc<IoCounters>,
     _lock: Box<dyn Any + Send + Sync>,
 }
@@ -264,12 +266,14 @@ impl Db {
         };
         let index = open_index(&config.index, ctx, &state.index_meta, state.durable_seq)?;
 
-        // Replay the log: everything after what the index holds durably.
-        let wal_files = wal::list_wal_files(&*fs, &dir)?;
+        // Replay the log: everything after what the index holds durably. Sealing may remove
+        // files (a torn header, anything after a tear); `wal_files` are those it left.
         let replay = wal::replay(&*fs, &dir, &io)?;
-        wal::seal_recovered(&*fs, &dir, &replay, &io)?;
+        let wal_files = wal::seal_recovered(&*fs, &dir, &replay, &io)?;
         let mut last_seq = state.durable_seq;
-        let next_wal = wal_files.last().copied().unwrap_or(0) + 1;
+        // Above every number found, removed ones included: a new file never takes an old name.
+        let next_wal = replay.files.last().copied().unwrap_or(0) + 1;
+        let paced = !matches!(config.index, crate::IndexKind::Lsm(_));
         let inner = Arc::new(Inner {
             dir: dir.clone(),
             fs: fs.clone(),
@@ -292,6 +296,7 @@ impl Db {
             work_cv: Condvar::new(),
             counters: Counters::default(),
             pace_owed: AtomicU64::new(0),
+            paced,
             io,
             _lock: lock,
             opts: opts.clone(),
@@ -314,7 +319,7 @@ impl Db {
             replayed = true;
             if mem.bytes() >= inner.opts.memtable_bytes {
                 inner.visible.store(last_seq, Ordering::Release);
-                inner.make_room()?;
+                inner.make_room(u64::MAX)?;
             }
         }
         {
@@ -446,7 +451,7 @@ impl Db {
         self.inner.flush_all()?;
         while self.inner.index.background_work() {
             self.inner.check_failed()?;
-            self.inner.do_work(u64::MAX)?;
+            self.inner.do_work(self.inner.step_bytes())?;
         }
         Ok(())
     }
@@ -549,11 +554,12 @@ impl Inner {
         if !done {
             let mut more = Vec::new();
             self.index.get(key, seq, &mut more)?;
-            // The index may already hold a frozen memtable's entries: skip repeats.
+            // The index may already hold a frozen memtable's entries. Its copy wins: a
+            // reorganisation may have folded the memtable's Merge operands onto their base into a
+            // Put with the same sequence number, and the base itself is gone from the index.
             for e in more {
-                if !versions.iter().any(|v| v.seq == e.seq) {
-                    versions.push(e);
-                }
+                versions.retain(|v| v.seq != e.seq);
+                versions.push(e);
             }
         }
         versions.sort_by_key(|v| std::cmp::Reverse(v.seq));
@@ -566,7 +572,7 @@ impl Inner {
             return Ok(());
         }
         batch.validate()?;
-        let limit = (self.opts.memtable_bytes / 2) as usize;
+        let limit = batch::max_batch_bytes(self.opts.memtable_bytes);
         if batch.size_bytes() > limit {
             return Err(Error::BatchTooLarge {
                 bytes: batch.size_bytes(),
@@ -584,7 +590,7 @@ impl Inner {
             let room_needed = batch.size_bytes() as u64;
             if self.mems.read().active.bytes() + room_needed > self.opts.memtable_bytes {
                 drop(w);
-                self.make_room()?;
+                self.make_room(room_needed)?;
                 w = self.writer.lock();
                 self.check_failed()?;
             }
@@ -649,7 +655,7 @@ impl Inner {
                 let t = Instant::now();
                 while self.index.stall() == Stall::Stop {
                     self.check_failed()?;
-                    self.do_work(u64::MAX)?;
+                    self.do_work(self.step_bytes())?;
                 }
                 self.record_stall(t);
                 Ok(())
@@ -668,7 +674,7 @@ impl Inner {
     /// index is ready for the next memtable when the active one fills, and no writer ever waits
     /// for a whole reorganisation.
     fn pace(&self, used: u64) -> Result<()> {
-        if !self.index_paced() {
+        if !self.paced {
             return Ok(());
         }
         let debt = self.index.debt();
@@ -706,10 +712,6 @@ impl Inner {
         (self.opts.memtable_bytes / 256).max(16 << 10)
     }
 
-    fn index_paced(&self) -> bool {
-        !matches!(self.config.lock().index, crate::IndexKind::Lsm(_))
-    }
-
     fn do_work(&self, budget: u64) -> Result<u64> {
         let r = self.index.work(budget);
         let done = self.note(r)?;
@@ -717,14 +719,22 @@ impl Inner {
         Ok(done)
     }
 
-    /// Waits (working inline) until the index can take the active memtable, then swaps it.
-    fn make_room(&self) -> Result<()> {
+    /// Makes room for `needed` more bytes in the active memtable: returns as soon as it has
+    /// them (another writer may have swapped it meanwhile), else waits, working inline in
+    /// bounded steps, until the index can take the active memtable, and swaps it.
+    /// `u64::MAX`: swap whatever the active memtable holds.
+    fn make_room(&self, needed: u64) -> Result<()> {
         let t = Instant::now();
         let mut waited = false;
         loop {
             let mut w = self.writer.lock();
             self.check_failed()?;
-            if self.mems.read().active.bytes() == 0 {
+            let active = self.mems.read().active.bytes();
+            if active == 0 || active.saturating_add(needed) <= self.opts.memtable_bytes {
+                drop(w);
+                if waited {
+                    self.record_stall(t);
+                }
                 return Ok(());
             }
             if self.index.debt() == 0 {
@@ -737,7 +747,7 @@ impl Inner {
             }
             drop(w);
             waited = true;
-            self.do_work(u64::MAX)?;
+            self.do_work(self.step_bytes())?;
         }
     }
 
@@ -798,15 +808,17 @@ impl Inner {
         Ok(())
     }
 
+    /// Moves every memtable into the index and waits (working inline, in bounded steps) until
+    /// the index holds them durably.
     fn flush_all(&self) -> Result<()> {
-        self.make_room()?;
+        self.make_room(u64::MAX)?;
         loop {
             self.check_failed()?;
             let pending = !self.mems.read().frozen.is_empty();
             if !pending && self.index.debt() == 0 {
                 return Ok(());
             }
-            let done = self.do_work(u64::MAX)?;
+            let done = self.do_work(self.step_bytes())?;
             if done == 0 && self.index.debt() == 0 {
                 self.reap()?;
                 if !self.mems.read().frozen.is_empty() && self.index.debt() == 0 {

@@ -19,7 +19,8 @@ pub enum Error {
     InvalidKey { len: usize },
     /// The value is longer than [`crate::MAX_VALUE_LEN`].
     ValueTooLarge { len: usize },
-    /// A write batch is larger than half of `memtable_bytes`.
+    /// A write batch is larger than half of `memtable_bytes` or than one WAL record can carry
+    /// (64 MiB).
     BatchTooLarge { bytes: usize, limit: usize },
     /// An option is outside its valid range.
     InvalidOption(String),
@@ -130,7 +131,7 @@ impl fmt::Display for Error {
             }
             Error::BatchTooLarge { bytes, limit } => write!(
                 f,
-                "write batch of {bytes} bytes exceeds {limit} bytes (half of memtable_bytes); split it"
+                "write batch of {bytes} bytes exceeds {limit} bytes (half of memtable_bytes, at most a WAL record); split it"
             ),
             Error::InvalidOption(s) => write!(f, "invalid option: {s}"),
             Error::OptionsMismatch { option, stored, given } => write!(

@@ -30,8 +30,9 @@ impl PartialOrd for MemKey {
     }
 }
 
-/// Per-entry bookkeeping charged against `memtable_bytes` on top of key and value.
-const ENTRY_OVERHEAD: u64 = 64;
+/// Per-entry bookkeeping charged against `memtable_bytes` on top of key and value. Write
+/// batches charge the same, so that a batch's size is the room it takes in the memtable.
+pub const ENTRY_OVERHEAD: u64 = 64;
 
 /// The concurrent sorted write buffer.
 pub struct Memtable {

@@ -37,18 +37,22 @@ impl Ord for HeapItem {
             self.entry.seq,
             &other.entry.key,
             other.entry.seq,
-        )
-        .then(self.src.cmp(&other.src));
-        if self.reverse {
-            o
-        } else {
-            o.reverse()
-        }
+        );
+        let o = if self.reverse { o } else { o.reverse() };
+        // Equal (key, seq) in both directions: the higher source pops first, and the copy that
+        // pops first is the one kept (see `MergeIter`).
+        o.then(self.src.cmp(&other.src))
     }
 }
 
 /// Merges sorted streams into one; an entry present in several streams (same key and sequence
-/// number, as when a memtable is read while the index already holds it) comes out once.
+/// number, as when a memtable is read while the index already holds it) comes out once, and the
+/// copy that comes out is the one from the highest-numbered source, in either direction.
+///
+/// Callers number sources newest first (memtables, then the index), so the index's copy wins:
+/// it may differ from the memtable's, as when a reorganisation folded Merge operands onto their
+/// base into a Put that keeps the newest operand's sequence number. The memtable's Merge would
+/// lose that base.
 pub struct MergeIter {
     sources: Vec<EntryIter>,
     heap: BinaryHeap<HeapItem>,
@@ -379,6 +383,69 @@ mod tests {
         assert_eq!(r.as_deref(), Some(&b"b"[..]));
         let r = resolve(b"k", &vs, 6, Some(&op)).unwrap_or_default();
         assert_eq!(r, None);
+    }
+
+    /// Regression: a frozen memtable (a lower source) holds Merge operands while the index (the
+    /// highest source) already folded them onto their base into a Put with the newest operand's
+    /// sequence number. The index's copy must win in both directions, or the base is lost.
+    #[test]
+    fn equal_versions_take_the_highest_source_both_ways() {
+        let op: Arc<dyn MergeOperator> = Arc::new(Concat);
+        // Each source in entry order, or exactly reversed.
+        let srcs = |reverse: bool| -> Vec<EntryIter> {
+            let active: Vec<Result<Entry>> = vec![
+                Ok(Entry::new(b"a", 9, Kind::Put, b"A")),
+                Ok(Entry::new(b"k", 8, Kind::Merge, b"z")),
+            ];
+            let frozen: Vec<Result<Entry>> = vec![
+                Ok(Entry::new(b"k", 6, Kind::Merge, b"y")),
+                Ok(Entry::new(b"k", 5, Kind::Merge, b"x")),
+            ];
+            let index: Vec<Result<Entry>> = vec![
+                Ok(Entry::new(b"a", 1, Kind::Put, b"old")),
+                Ok(Entry::new(b"k", 6, Kind::Put, b"basexy")),
+                Ok(Entry::new(b"m", 2, Kind::Put, b"M")),
+            ];
+            [active, frozen, index]
+                .into_iter()
+                .map(|mut v| -> EntryIter {
+                    if reverse {
+                        v.reverse();
+                    }
+                    Box::new(v.into_iter())
+                })
+                .collect()
+        };
+        for reverse in [false, true] {
+            let merged: Vec<(Vec<u8>, u64, Kind)> = MergeIter::new(srcs(reverse), reverse)
+                .map(|e| e.map(|e| (e.key.to_vec(), e.seq, e.kind)))
+                .collect::<Result<_>>()
+                .unwrap_or_default();
+            let k6: Vec<Kind> = merged
+                .iter()
+                .filter(|(k, s, _)| k == b"k" && *s == 6)
+                .map(|e| e.2)
+                .collect();
+            assert_eq!(k6, vec![Kind::Put], "reverse {reverse}: {merged:?}");
+            let resolved: Vec<(Vec<u8>, Vec<u8>)> = Resolver::new(
+                Box::new(MergeIter::new(srcs(reverse), reverse)),
+                100,
+                Some(op.clone()),
+                reverse,
+            )
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+            .collect::<Result<_>>()
+            .unwrap_or_default();
+            let mut want = vec![
+                (b"a".to_vec(), b"A".to_vec()),
+                (b"k".to_vec(), b"basexyz".to_vec()),
+                (b"m".to_vec(), b"M".to_vec()),
+            ];
+            if reverse {
+                want.reverse();
+            }
+            assert_eq!(resolved, want, "reverse {reverse}");
+        }
     }
 
     #[test]

@@ -457,12 +457,14 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
 /// the cut, a later replay would stop at the old tear and never reach the new records; without
 /// the fsyncs, records that replay read after a process crash (written but never synced) could
 /// be lost to a power cut while newer records survive.
+///
+/// Returns the numbers of the WAL files it kept, ascending: those left in the directory.
 pub fn seal_recovered(
     fs: &dyn Fs,
     dir: &Path,
     replay: &Replay,
     counters: &IoCounters,
-) -> Result<()> {
+) -> Result<Vec<u64>> {
     let mut kept: Vec<u64> = replay.files.clone();
     if let Some(at) = &replay.torn_at {
         kept.retain(|&n| n <= at.file);
@@ -507,7 +509,7 @@ pub fn seal_recovered(
     }
     fs.sync_dir(dir)?;
     counters.record_sync();
-    Ok(())
+    Ok(kept)
 }
 
 #[cfg(test)]

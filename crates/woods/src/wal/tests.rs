@@ -232,8 +232,9 @@ fn wal_torn_middle_file_hides_later_files_until_sealed() {
     let r = replay(&fs, &dir(), &counters).unwrap();
     assert_eq!(r.records, vec![b"a".to_vec(), b"b".to_vec()]);
     assert!(r.torn);
-    seal_recovered(&fs, &dir(), &r, &counters).unwrap();
-    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![1, 2]);
+    let kept = seal_recovered(&fs, &dir(), &r, &counters).unwrap();
+    assert_eq!(kept, vec![1, 2]);
+    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), kept);
     // New records after the repair are replayed after the recovered prefix.
     let w = writer(&fs, 4, &counters);
     let p = w.append(b"e").unwrap();
@@ -260,8 +261,9 @@ fn wal_garbled_header_is_torn_and_unknown_major_is_unsupported() {
     let r = replay(&fs, &dir(), &counters).unwrap();
     assert_eq!(r.records, vec![b"a".to_vec()]);
     assert_eq!(r.torn_at.as_ref().map(|t| (t.file, t.offset)), Some((2, 0)));
-    seal_recovered(&fs, &dir(), &r, &counters).unwrap();
-    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![1]);
+    let kept = seal_recovered(&fs, &dir(), &r, &counters).unwrap();
+    assert_eq!(kept, vec![1]);
+    assert_eq!(list_wal_files(&fs, &dir()).unwrap(), kept);
 
     let f1 = fs
         .open(&wal_file_path(&dir(), 1), OpenMode::default())

@@ -18,13 +18,13 @@ use self::node::{
 };
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::codec::{self, Reader};
-use crate::entry::{cmp_entries, Entry, Kind, MAX_SEQ};
+use crate::entry::{cmp_entries, Entry, Kind, MAX_SEQ, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::manifest::Commit;
-use crate::memtable::Memtable;
+use crate::memtable::{Memtable, ENTRY_OVERHEAD};
 use crate::merge::{compact_versions, EntryIter};
 use crate::options::BTreeParams;
-use crate::storage::{AlignedBuf, Extent, Purpose, PAGE_BODY, PAGE_SIZE};
+use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
 
 /// One published tree.
 struct Version {
@@ -76,9 +76,61 @@ fn encode_meta(root: u64, height: u32, entries: u64) -> Vec<u8> {
     out
 }
 
-/// Bytes of work one entry stands for (matches the memtable's accounting).
+/// Bytes of work one entry stands for (the memtable's accounting).
 fn entry_units(e: &Entry) -> u64 {
-    (e.key.len() + e.value.len()) as u64 + 64
+    (e.key.len() + e.value.len()) as u64 + ENTRY_OVERHEAD
+}
+
+/// Reads the out-of-line value of `len` bytes at pages from `start`, which leaf page `leaf`
+/// points to. The pointer comes from disk: a length above the value limit, or pages outside the
+/// file, are corruption of that leaf.
+fn read_blob(
+    store: &PageFile,
+    leaf: u64,
+    start: u64,
+    len: u32,
+    purpose: Purpose,
+) -> Result<Arc<[u8]>> {
+    let len = len as usize;
+    if len > MAX_VALUE_LEN {
+        return Err(Error::corruption(
+            "btree leaf",
+            Some(leaf),
+            format!("blob value of {len} bytes exceeds the value limit of {MAX_VALUE_LEN}"),
+        ));
+    }
+    let n = blob_pages(len);
+    let first = store.alloc().first_page();
+    let end = store.alloc().end();
+    if start < first || start.checked_add(n).is_none_or(|e| e > end) {
+        return Err(Error::corruption(
+            "btree leaf",
+            Some(leaf),
+            format!("blob pages {start}+{n} lie outside the file's pages {first}..{end}"),
+        ));
+    }
+    let buf = store.read_many(start, n as usize, purpose)?;
+    let mut out = Vec::with_capacity(len);
+    for i in 0..n as usize {
+        let body = &buf[i * PAGE_SIZE..i * PAGE_SIZE + PAGE_BODY];
+        let take = (len - out.len()).min(PAGE_BODY);
+        out.extend_from_slice(&body[..take]);
+    }
+    Ok(Arc::from(out))
+}
+
+/// Entry `e` of leaf page `leaf`, with its value (read from blob pages if out of line).
+fn leaf_entry(store: &PageFile, e: &LeafEntry, leaf: u64, purpose: Purpose) -> Result<Entry> {
+    let value = match &e.val {
+        Val::Inline(v) => v.clone(),
+        Val::Blob { start, len } => read_blob(store, leaf, *start, *len, purpose)?,
+    };
+    Ok(Entry {
+        key: e.key.clone(),
+        seq: e.seq,
+        kind: e.kind,
+        value,
+    })
 }
 
 impl BTree {
@@ -127,29 +179,9 @@ impl BTree {
         self.ctx.store.read(page, purpose)
     }
 
-    fn read_blob(&self, start: u64, len: u32, purpose: Purpose) -> Result<Arc<[u8]>> {
-        let n = blob_pages(len as usize) as usize;
-        let buf = self.ctx.store.read_many(start, n, purpose)?;
-        let mut out = Vec::with_capacity(len as usize);
-        for i in 0..n {
-            let body = &buf[i * PAGE_SIZE..i * PAGE_SIZE + PAGE_BODY];
-            let take = (len as usize - out.len()).min(PAGE_BODY);
-            out.extend_from_slice(&body[..take]);
-        }
-        Ok(Arc::from(out))
-    }
-
-    fn to_entry(&self, e: &LeafEntry, purpose: Purpose) -> Result<Entry> {
-        let value = match &e.val {
-            Val::Inline(v) => v.clone(),
-            Val::Blob { start, len } => self.read_blob(*start, *len, purpose)?,
-        };
-        Ok(Entry {
-            key: e.key.clone(),
-            seq: e.seq,
-            kind: e.kind,
-            value,
-        })
+    /// The entry `e` of leaf `leaf`, its value read from blob pages if it is out of line.
+    fn to_entry(&self, e: &LeafEntry, leaf: u64, purpose: Purpose) -> Result<Entry> {
+        leaf_entry(&self.ctx.store, e, leaf, purpose)
     }
 
     /// Index of the child whose subtree holds position (key, seq).
@@ -241,7 +273,7 @@ impl BTree {
                 self.drop_page(job, page);
             }
             let old_len = old.len() as i64;
-            let mut merged = self.merge_leaf(job, old, new, upper, snapshots)?;
+            let mut merged = self.merge_leaf(job, page, old, new, upper, snapshots)?;
             self.place_blobs(job, &mut merged)?;
             job.entries_in_tree += merged.len() as i64 - old_len;
             let sizes: Vec<usize> = merged.iter().map(|e| e.encoded_len()).collect();
@@ -324,11 +356,12 @@ impl BTree {
         Ok(out)
     }
 
-    /// Merges a leaf's entries with new ones, keeping per key what DESIGN.md's version rule keeps
-    /// (the B+-tree is the bottom: nothing older exists below).
+    /// Merges the entries of leaf `page` with new ones, keeping per key what DESIGN.md's version
+    /// rule keeps (the B+-tree is the bottom: nothing older exists below).
     fn merge_leaf(
         &self,
         job: &mut Job,
+        page: u64,
         old: Vec<LeafEntry>,
         new: &[Entry],
         upper: Option<&[u8]>,
@@ -371,7 +404,7 @@ impl BTree {
             }
             let mut versions: Vec<Entry> = new[n0..ni].to_vec();
             for o in &olds {
-                versions.push(self.to_entry(o, Purpose::Merge)?);
+                versions.push(self.to_entry(o, page, Purpose::Merge)?);
                 if let Some(ext) = o.val.blob_extent() {
                     self.drop_extent(job, ext);
                 }
@@ -497,6 +530,8 @@ struct LeafCursor {
     tree: Arc<BTreeReader>,
     stack: Vec<(Vec<Child>, usize)>,
     leaf: Vec<LeafEntry>,
+    /// The page `leaf` was read from.
+    leaf_page: u64,
     pos: usize,
     reverse: bool,
     lo: Bound<Vec<u8>>,
@@ -522,26 +557,9 @@ impl BTreeShared {
     fn internal(&self, page: u64) -> Result<Vec<Child>> {
         decode_internal(&self.store.read(page, Purpose::UserRead)?, page)
     }
-    fn value(&self, e: &LeafEntry) -> Result<Entry> {
-        let value = match &e.val {
-            Val::Inline(v) => v.clone(),
-            Val::Blob { start, len } => {
-                let n = blob_pages(*len as usize) as usize;
-                let buf = self.store.read_many(*start, n, Purpose::UserRead)?;
-                let mut out = Vec::with_capacity(*len as usize);
-                for i in 0..n {
-                    let take = (*len as usize - out.len()).min(PAGE_BODY);
-                    out.extend_from_slice(&buf[i * PAGE_SIZE..i * PAGE_SIZE + take]);
-                }
-                Arc::from(out)
-            }
-        };
-        Ok(Entry {
-            key: e.key.clone(),
-            seq: e.seq,
-            kind: e.kind,
-            value,
-        })
+    /// Entry `e` of leaf page `leaf`, with its value.
+    fn value(&self, e: &LeafEntry, leaf: u64) -> Result<Entry> {
+        leaf_entry(&self.store, e, leaf, Purpose::UserRead)
     }
 }
 
@@ -556,6 +574,7 @@ impl LeafCursor {
             tree: reader,
             stack: Vec::new(),
             leaf: Vec::new(),
+            leaf_page: 0,
             pos: 0,
             reverse,
             lo,
@@ -589,6 +608,7 @@ impl LeafCursor {
             c.stack.push((children, i));
         }
         c.leaf = c.tree.tree.leaf(page)?;
+        c.leaf_page = page;
         if !reverse {
             c.pos = c.leaf.partition_point(|e| {
                 cmp_entries(&e.key, e.seq, &key, seq) == std::cmp::Ordering::Less
@@ -638,6 +658,7 @@ impl LeafCursor {
                         self.stack.push((kids, idx));
                     }
                     self.leaf = self.tree.tree.leaf(page)?;
+                    self.leaf_page = page;
                     self.pos = if self.reverse { self.leaf.len() } else { 0 };
                     return Ok(true);
                 }
@@ -700,7 +721,7 @@ impl Iterator for LeafCursor {
             } else {
                 self.pos += 1;
             }
-            return Some(self.tree.tree.value(&self.leaf[idx]));
+            return Some(self.tree.tree.value(&self.leaf[idx], self.leaf_page));
         }
     }
 }
@@ -781,6 +802,7 @@ impl Index for BTree {
             tree: reader,
             stack,
             leaf: decode_leaf(&self.read_body(leaf_page, Purpose::UserRead)?, leaf_page)?,
+            leaf_page,
             pos: 0,
             reverse: false,
             lo: Bound::Included(key.to_vec()),
@@ -884,7 +906,7 @@ impl BTree {
                     }
                 }
                 if let Val::Blob { .. } = e.val {
-                    shared.value(e)?;
+                    shared.value(e, page)?;
                 }
                 *last = Some((e.key.clone(), e.seq));
                 *count += 1;
@@ -908,5 +930,152 @@ impl BTree {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::node::{decode_leaf, encode_leaf, Val};
+    use crate::storage::{seal_page, verify, PAGE_BODY, PAGE_SIZE};
+    use crate::{BTreeParams, Db, Error, IndexKind, Options, MAX_KEY_LEN, MAX_VALUE_LEN};
+
+    fn small_options(fill_percent: u32) -> Options {
+        Options {
+            index: Some(IndexKind::BTree(BTreeParams { fill_percent })),
+            cache_bytes: 1 << 20,
+            memtable_bytes: 64 << 10,
+            direct_io: false,
+            background_threads: 0,
+            ..Options::default()
+        }
+    }
+
+    /// Rewrites, in the closed database at `dir`, the blob pointer of every leaf entry that has
+    /// one; returns the leaf pages changed.
+    fn rewrite_blob_pointers(dir: &Path, start: u64, len: u32) -> Vec<u64> {
+        let path = dir.join(crate::db::DATA_FILE);
+        let mut data = std::fs::read(&path).expect("read data file");
+        let mut changed = Vec::new();
+        for (page, buf) in data.chunks_exact_mut(PAGE_SIZE).enumerate().skip(1) {
+            let page = page as u64;
+            if verify(page, buf).is_err() || buf[0] != super::node::LEAF {
+                continue;
+            }
+            let Ok(mut leaf) = decode_leaf(&buf[..PAGE_BODY], page) else {
+                continue;
+            };
+            let mut hit = false;
+            for e in &mut leaf {
+                if let Val::Blob { .. } = e.val {
+                    e.val = Val::Blob { start, len };
+                    hit = true;
+                }
+            }
+            if hit {
+                buf.fill(0);
+                encode_leaf(&leaf, &mut buf[..PAGE_BODY]);
+                seal_page(page, buf);
+                changed.push(page);
+            }
+        }
+        std::fs::write(&path, data).expect("write data file");
+        changed
+    }
+
+    /// Regression: a blob pointer read from disk was used unchecked (a huge length allocated
+    /// gigabytes, pages past the end failed as I/O errors); both are corruption of the leaf.
+    #[test]
+    fn bad_blob_pointer_is_corruption_of_its_leaf() {
+        let file_pages = |dir: &Path| {
+            std::fs::metadata(dir.join(crate::db::DATA_FILE))
+                .expect("data file")
+                .len()
+                / PAGE_SIZE as u64
+        };
+        /// The blob start given the data file's length in pages.
+        type Start = fn(u64) -> u64;
+        let cases: [(&str, Start, u32); 6] = [
+            (
+                "length above the value limit",
+                |_| 1,
+                MAX_VALUE_LEN as u32 + 1,
+            ),
+            ("length of 4 GiB", |_| 1, u32::MAX),
+            ("pages past the end", |end| end + 3, 5000),
+            ("pages running past the end", |end| end - 1, 100 << 10),
+            ("pages wrapping around", |_| u64::MAX - 1, 100 << 10),
+            ("the header page", |_| 0, 10),
+        ];
+        for (what, start, len) in cases {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let db = Db::open(dir.path(), small_options(90)).expect("open");
+            db.put(b"small", b"v").expect("put");
+            db.put(b"big", vec![0xabu8; 6000]).expect("put");
+            db.close().expect("close");
+            let start = start(file_pages(dir.path()));
+            let leaves = rewrite_blob_pointers(dir.path(), start, len);
+            assert_eq!(leaves.len(), 1, "{what}: one leaf holds the blob");
+            let db = Db::open(dir.path(), small_options(90)).expect("reopen");
+            let is_leaf_corruption = |r: &crate::Error| matches!(r, Error::Corruption { page: Some(p), .. } if *p == leaves[0]);
+            let r = db.get(b"big").expect_err("read through a bad blob pointer");
+            assert!(is_leaf_corruption(&r), "{what}: get gave {r:?}");
+            let r = db
+                .iter()
+                .expect("iter")
+                .find_map(|r| r.err())
+                .expect("iteration through a bad blob pointer");
+            assert!(is_leaf_corruption(&r), "{what}: iteration gave {r:?}");
+            let r = db.check().expect_err("check of a bad blob pointer");
+            assert!(is_leaf_corruption(&r), "{what}: check gave {r:?}");
+            assert_eq!(db.get(b"small").expect("get"), Some(b"v".to_vec()));
+        }
+    }
+
+    /// Regression: keys of the longest length with `fill_percent` 50 put one separator in each
+    /// internal node, and building the root never finished.
+    #[test]
+    fn longest_keys_at_half_fill_finish() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // On a thread, so that a regression fails the test instead of hanging the suite.
+        std::thread::spawn(move || {
+            let opts = small_options(50);
+            let run = || -> crate::Result<(u64, u64)> {
+                let db = Db::open(&path, opts)?;
+                let n = 600u32;
+                for i in 0..n {
+                    let mut k = vec![b'k'; MAX_KEY_LEN];
+                    k[..4].copy_from_slice(&i.wrapping_mul(2_654_435_761).to_be_bytes());
+                    db.put(&k, i.to_le_bytes())?;
+                }
+                db.flush()?;
+                let entries = db.check()?;
+                let height = db.stats().index.height;
+                for i in (0..n).step_by(7) {
+                    let mut k = vec![b'k'; MAX_KEY_LEN];
+                    k[..4].copy_from_slice(&i.wrapping_mul(2_654_435_761).to_be_bytes());
+                    assert_eq!(db.get(&k)?, Some(i.to_le_bytes().to_vec()));
+                }
+                assert_eq!(db.iter()?.count(), n as usize);
+                db.close()?;
+                Ok((entries, height))
+            };
+            let _ = tx.send(run());
+        });
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(r) => {
+                let (entries, height) = r.expect("load, flush and check");
+                assert_eq!(entries, 600);
+                assert!(
+                    height >= 3,
+                    "height {height}: the test wants internal levels"
+                );
+            }
+            Err(_) => panic!("loading 1 KiB keys at fill_percent 50 did not finish"),
+        }
     }
 }

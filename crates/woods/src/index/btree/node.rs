@@ -221,6 +221,11 @@ pub fn encode_internal(children: &[Child], body: &mut [u8]) {
 
 /// Splits items into groups whose encoded sizes fit a page, each filled to about `target`
 /// bytes (the last groups are balanced so that none is nearly empty).
+///
+/// The fill target never cuts a group below two items; only the page size does. Otherwise items
+/// larger than half the target (1 KiB separators at a 50 % fill) would each get a node of their
+/// own, and a level of internal nodes would be as wide as the level below it: building the root
+/// would never end.
 pub fn split_sizes(sizes: &[usize], target: usize) -> Vec<usize> {
     let total: usize = sizes.iter().sum();
     if total <= BODY_ROOM {
@@ -234,7 +239,7 @@ pub fn split_sizes(sizes: &[usize], target: usize) -> Vec<usize> {
     let mut cur = 0usize;
     let mut n = 0usize;
     for &s in sizes {
-        if n > 0 && (cur + s > target || cur + s > BODY_ROOM) {
+        if (n >= 2 && cur + s > target) || (n > 0 && cur + s > BODY_ROOM) {
             groups.push(n);
             cur = 0;
             n = 0;
@@ -269,4 +274,41 @@ pub fn split_sizes(sizes: &[usize], target: usize) -> Vec<usize> {
         }
     }
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::MAX_KEY_LEN;
+
+    /// Regression: with separators of the longest keys and a 50 % fill, every internal node held
+    /// one child and the root-building loop never ended.
+    #[test]
+    fn long_items_at_half_fill_still_narrow_the_level() {
+        let sep = Child {
+            key: Arc::from(vec![7u8; MAX_KEY_LEN]),
+            seq: 1,
+            page: 1,
+        }
+        .encoded_len();
+        for fill in [50, 60, 75, 90, 100] {
+            let target = BODY_ROOM * fill / 100;
+            for count in 2..40 {
+                let sizes = vec![sep; count];
+                let groups = split_sizes(&sizes, target);
+                assert_eq!(groups.iter().sum::<usize>(), count);
+                assert!(
+                    groups.len() < count,
+                    "fill {fill}: {count} items in {} groups",
+                    groups.len()
+                );
+                for (i, g) in groups.iter().enumerate() {
+                    assert!(g * sep <= BODY_ROOM, "group of {g} does not fit a page");
+                    if i + 1 < groups.len() {
+                        assert!(*g >= 2, "fill {fill}: group {i} of {count} has {g} item");
+                    }
+                }
+            }
+        }
+    }
 }
