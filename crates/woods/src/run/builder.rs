@@ -30,6 +30,8 @@ struct Sink<'a> {
     chunk: Option<Chunk>,
     /// Extents holding written pages, in allocation order.
     done: Vec<Extent>,
+    /// The buffer of the last chunk written, reused for the next (no allocation per chunk).
+    spare: Option<AlignedBuf>,
 }
 
 impl<'a> Sink<'a> {
@@ -45,7 +47,8 @@ impl<'a> Sink<'a> {
             for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
                 fill(i, page);
             }
-            self.store.write(extent.start, buf, self.opts.purpose)?;
+            self.store
+                .write(extent.start, &mut buf, self.opts.purpose)?;
             return Ok(extent.start);
         }
         if self
@@ -59,7 +62,11 @@ impl<'a> Sink<'a> {
             Some(c) => c,
             None => {
                 let extent = self.store.alloc().alloc(chunk_pages);
-                let buf = AlignedBuf::zeroed(chunk_pages as usize * PAGE_SIZE);
+                let len = chunk_pages as usize * PAGE_SIZE;
+                let buf = match self.spare.take() {
+                    Some(b) if b.len() == len => b,
+                    _ => AlignedBuf::zeroed(len),
+                };
                 self.chunk.insert(Chunk {
                     extent,
                     buf,
@@ -69,10 +76,10 @@ impl<'a> Sink<'a> {
         };
         let first = c.used as usize;
         for i in 0..n as usize {
-            fill(
-                i,
-                &mut c.buf[(first + i) * PAGE_SIZE..(first + i + 1) * PAGE_SIZE],
-            );
+            let page = &mut c.buf[(first + i) * PAGE_SIZE..(first + i + 1) * PAGE_SIZE];
+            // A reused buffer holds the previous chunk's bytes.
+            page.fill(0);
+            fill(i, page);
         }
         c.used += n;
         Ok(c.extent.start + first as u64)
@@ -96,12 +103,14 @@ impl<'a> Sink<'a> {
             return Ok(());
         }
         self.done.push(used);
-        let buf = if used.pages == c.extent.pages {
-            c.buf
-        } else {
-            AlignedBuf::from_slice(&c.buf[..used.pages as usize * PAGE_SIZE])
-        };
-        self.store.write(used.start, buf, self.opts.purpose)
+        let mut buf = c.buf;
+        let r = self.store.write(
+            used.start,
+            &mut buf[..used.pages as usize * PAGE_SIZE],
+            self.opts.purpose,
+        );
+        self.spare = Some(buf);
+        r
     }
 
     /// Gives back everything allocated.
@@ -153,6 +162,7 @@ impl<'a> RunBuilder<'a> {
                 opts,
                 chunk: None,
                 done: Vec::new(),
+                spare: None,
             },
             page: SlottedPage::default(),
             page_first: None,

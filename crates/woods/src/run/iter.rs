@@ -4,16 +4,18 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::format::Node;
-use super::Run;
+use super::{Readahead, Run};
 use crate::entry::{Entry, MAX_SEQ};
 use crate::error::Result;
 use crate::storage::Purpose;
 
 /// A position in the tree: one (node, item index) per level, root first, leaf last. The leaf
 /// index may equal the leaf's count (just past its last entry).
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub(crate) struct Cursor {
     path: Vec<(Node, usize)>,
+    /// Data pages read ahead by forward moves of scans that are not user reads.
+    ahead: Readahead,
 }
 
 impl Cursor {
@@ -23,6 +25,11 @@ impl Cursor {
             .last()
             .filter(|(n, i)| n.level == 0 && *i < n.count)
             .map(|(n, i)| (n, *i))
+    }
+
+    /// The read-ahead window of forward moves (blob values are taken from it too).
+    pub(crate) fn ahead(&self) -> &Readahead {
+        &self.ahead
     }
 
     /// Positions at the first entry at or after `(key, seq)` in entry order (or past the end of
@@ -35,7 +42,7 @@ impl Cursor {
         while node.level > 0 {
             // Last child whose first entry is at or before the target (child 0 if none).
             let i = node.upper_bound(key, seq)?.saturating_sub(1);
-            let child = run.child_node(&node, i, purpose)?;
+            let child = run.child_node_ahead(&node, i, purpose, &mut self.ahead)?;
             self.path.push((node, i));
             node = child;
         }
@@ -79,7 +86,11 @@ impl Cursor {
                 self.path.push((node, i));
                 return Ok(());
             }
-            let child = run.child_node(&node, i, purpose)?;
+            let child = if rightmost {
+                run.child_node(&node, i, purpose)?
+            } else {
+                run.child_node_ahead(&node, i, purpose, &mut self.ahead)?
+            };
             self.path.push((node, i));
             node = child;
         }
@@ -106,7 +117,7 @@ impl Cursor {
         while let Some((n, i)) = self.path.last_mut() {
             if *i + 1 < n.count {
                 *i += 1;
-                let child = run.child_node(n, *i, purpose)?;
+                let child = run.child_node_ahead(n, *i, purpose, &mut self.ahead)?;
                 return self.descend(run, child, false, purpose);
             }
             self.path.pop();
@@ -239,7 +250,9 @@ impl RunIter {
         if !self.in_bounds(item.key) {
             return Ok(None);
         }
-        self.run.entry(node.page, &item, self.purpose).map(Some)
+        self.run
+            .entry(node.page, &item, self.purpose, Some(self.cursor.ahead()))
+            .map(Some)
     }
 }
 

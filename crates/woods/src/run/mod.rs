@@ -229,6 +229,32 @@ fn decode_header(page: u64, buf: &[u8]) -> Result<HeaderFields> {
     inner(&mut r).map_err(|e| at_page(e, page))
 }
 
+/// The most pages one read-ahead request of a scan covers (256 KiB, an extent by default).
+pub const READAHEAD_PAGES: u64 = 64;
+
+/// A scan's read-ahead window: consecutive pages read in one request.
+pub(crate) struct Readahead {
+    start: u64,
+    pages: u64,
+    buf: AlignedBuf,
+}
+
+impl Default for Readahead {
+    fn default() -> Self {
+        Readahead {
+            start: 0,
+            pages: 0,
+            buf: AlignedBuf::zeroed(0),
+        }
+    }
+}
+
+impl Readahead {
+    fn holds(&self, page: u64) -> bool {
+        page >= self.start && page - self.start < self.pages
+    }
+}
+
 /// An open run: read-only, `Send + Sync`, shared as `Arc<Run>`.
 pub struct Run {
     store: Arc<PageFile>,
@@ -371,6 +397,29 @@ impl Run {
         Node::parse(page, buf, level)
     }
 
+    /// Loads the data page `page` for a sequential scan: from `ahead` when it holds the page,
+    /// else by one device read of up to [`READAHEAD_PAGES`] pages from `page` to the end of its
+    /// extent, kept in `ahead` for the pages that follow. Scans of whole runs (flushes,
+    /// merges) thus read a run in large requests, not a page at a time, and bypass the cache.
+    fn load_ahead(&self, page: u64, purpose: Purpose, ahead: &mut Readahead) -> Result<Node> {
+        if !ahead.holds(page) {
+            let i = self.sorted.partition_point(|e| e.start <= page);
+            let end = self.sorted[i - 1].end();
+            let n = (end - page).min(READAHEAD_PAGES);
+            if ahead.buf.len() < READAHEAD_PAGES as usize * PAGE_SIZE {
+                ahead.buf = AlignedBuf::zeroed(READAHEAD_PAGES as usize * PAGE_SIZE);
+            }
+            ahead.pages = 0;
+            self.store
+                .read_many_into(page, &mut ahead.buf[..n as usize * PAGE_SIZE], purpose)?;
+            ahead.start = page;
+            ahead.pages = n;
+        }
+        let off = (page - ahead.start) as usize * PAGE_SIZE;
+        let buf = AlignedBuf::from_slice(&ahead.buf[off..off + PAGE_SIZE]);
+        Node::parse(page, Arc::new(buf), 0)
+    }
+
     pub(crate) fn root_node(&self, purpose: Purpose) -> Result<Option<Node>> {
         if self.meta.height == 0 {
             return Ok(None);
@@ -390,12 +439,40 @@ impl Run {
         self.load(child, node.level - 1, purpose)
     }
 
+    /// [`Run::child_node`] for a forward scan: a data page comes through `ahead` when the scan
+    /// is not a user read (user reads go through the cache, a page at a time).
+    pub(crate) fn child_node_ahead(
+        &self,
+        node: &Node,
+        i: usize,
+        purpose: Purpose,
+        ahead: &mut Readahead,
+    ) -> Result<Node> {
+        if node.level != 1 || purpose == Purpose::UserRead {
+            return self.child_node(node, i, purpose);
+        }
+        let child = node.child(i)?;
+        if !self.owns(child, 1) {
+            return Err(corrupt(
+                node.page,
+                format!("child page {child} lies outside the run's extents"),
+            ));
+        }
+        self.load_ahead(child, purpose, ahead)
+    }
+
     /// Materializes a data item read from `page`, fetching a blob value.
-    pub(crate) fn entry(&self, page: u64, item: &DataItem<'_>, purpose: Purpose) -> Result<Entry> {
+    pub(crate) fn entry(
+        &self,
+        page: u64,
+        item: &DataItem<'_>,
+        purpose: Purpose,
+        ahead: Option<&Readahead>,
+    ) -> Result<Entry> {
         let value: Arc<[u8]> = match item.value {
             ValueRef::Inline(v) => Arc::from(v),
             ValueRef::Blob { page: blob, len } => {
-                Arc::from(self.read_blob(page, blob, len, purpose)?)
+                Arc::from(self.read_blob(page, blob, len, purpose, ahead)?)
             }
         };
         Ok(Entry {
@@ -406,7 +483,16 @@ impl Run {
         })
     }
 
-    fn read_blob(&self, from: u64, first: u64, len: u32, purpose: Purpose) -> Result<Vec<u8>> {
+    /// The value of `len` bytes in blob pages from `first` (referenced from page `from`),
+    /// taken from a scan's read-ahead window when it holds them.
+    fn read_blob(
+        &self,
+        from: u64,
+        first: u64,
+        len: u32,
+        purpose: Purpose,
+        ahead: Option<&Readahead>,
+    ) -> Result<Vec<u8>> {
         let len = len as usize;
         if len > MAX_VALUE_LEN {
             return Err(corrupt(
@@ -421,7 +507,17 @@ impl Run {
                 format!("blob pages {first}+{n} lie outside the run's extents"),
             ));
         }
-        let buf: AlignedBuf = self.store.read_many(first, n, purpose)?;
+        let window;
+        let buf: &[u8] = match ahead {
+            Some(a) if a.holds(first) && a.holds(first + n as u64 - 1) => {
+                let off = (first - a.start) as usize * PAGE_SIZE;
+                &a.buf[off..off + n * PAGE_SIZE]
+            }
+            _ => {
+                window = self.store.read_many(first, n, purpose)?;
+                &window
+            }
+        };
         let mut out = Vec::with_capacity(len);
         for (i, p) in buf.chunks_exact(PAGE_SIZE).enumerate() {
             let page = first + i as u64;
@@ -458,7 +554,7 @@ impl Run {
             if item.key != key {
                 break;
             }
-            let e = self.entry(node.page, &item, p)?;
+            let e = self.entry(node.page, &item, p, None)?;
             let stop = e.kind != Kind::Merge;
             out.push(e);
             if stop {
@@ -603,7 +699,7 @@ impl Run {
                     st.first_key = Some(item.key.to_vec());
                 }
                 if let ValueRef::Blob { page, len } = item.value {
-                    self.read_blob(node.page, page, len, Purpose::Merge)?;
+                    self.read_blob(node.page, page, len, Purpose::Merge, None)?;
                 }
                 bytes += item.key.len() as u64 + item.value_len();
                 st.entries += 1;

@@ -180,13 +180,15 @@ fn verify(run: &Arc<Run>, m: &[Entry], rng: &mut SmallRng, ranges: usize) {
             .filter(|e| in_range(&e.key, &lo, &hi))
             .cloned()
             .collect();
-        let got = collect(run.iter(lo.clone(), hi.clone(), false, Purpose::UserRead));
-        assert!(
-            got == want,
-            "forward range {lo:?}..{hi:?}: {} entries, model {}",
-            got.len(),
-            want.len()
-        );
+        for purpose in [Purpose::UserRead, Purpose::Merge] {
+            let got = collect(run.iter(lo.clone(), hi.clone(), false, purpose));
+            assert!(
+                got == want,
+                "forward {purpose:?} range {lo:?}..{hi:?}: {} entries, model {}",
+                got.len(),
+                want.len()
+            );
+        }
         let mut got = collect(run.iter(lo.clone(), hi.clone(), true, Purpose::UserRead));
         got.reverse();
         assert!(
@@ -277,6 +279,41 @@ fn large_round_trip_and_allocator() {
         pf.alloc().release(*e);
     }
     assert_eq!(pf.alloc().free_pages(), pf.alloc().end() - 1);
+}
+
+#[test]
+fn scans_that_are_not_user_reads_read_ahead_and_bypass_the_cache() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 30_000);
+    let run = build(&pf, &m, opts());
+    let data_pages = run.meta().data_pages;
+    assert!(data_pages > 4 * READAHEAD_PAGES, "{data_pages} data pages");
+    let reads = |p: Purpose| pf.counters().snapshot().read_ops[p as usize];
+    let cached = pf.cache().stats();
+
+    let before = reads(Purpose::Merge);
+    let all = collect(run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge));
+    assert!(all == m, "merge scan differs from the model");
+    let ops = reads(Purpose::Merge) - before;
+    // One request per extent's worth of data pages (plus the root and index pages), not one
+    // per page.
+    let bound = data_pages.div_ceil(READAHEAD_PAGES) + run.meta().extents.len() as u64 + 16;
+    assert!(
+        ops <= bound,
+        "{ops} read requests for {data_pages} data pages (bound {bound})"
+    );
+    assert_eq!(
+        pf.cache().stats().misses,
+        cached.misses,
+        "merge scans bypass the cache"
+    );
+
+    let before = reads(Purpose::UserRead);
+    let all = collect(run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::UserRead));
+    assert!(all == m, "user scan differs from the model");
+    assert!(reads(Purpose::UserRead) - before >= data_pages);
 }
 
 #[test]
@@ -461,7 +498,7 @@ fn garbage_pages_never_panic() {
             let i = rng.gen_range(from..PAGE_BODY);
             buf[i] = rng.gen();
         }
-        pf.write(page, buf, Purpose::Merge).unwrap();
+        pf.write(page, &mut buf, Purpose::Merge).unwrap();
         let _ = run.check();
         let _ = Run::open(pf.clone(), run.meta().clone()).map(|r| r.check());
         let mut out = Vec::new();
@@ -481,7 +518,7 @@ fn garbage_pages_never_panic() {
                 break;
             }
         }
-        pf.write(page, old_copy(&old), Purpose::Merge).unwrap();
+        pf.write(page, &mut old_copy(&old), Purpose::Merge).unwrap();
     }
     assert_eq!(run.check().unwrap(), m.len() as u64);
 }

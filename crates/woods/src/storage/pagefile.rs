@@ -83,18 +83,29 @@ impl PageFile {
     /// Reads `n` contiguous pages in one device request, verifying each; not cached.
     pub fn read_many(&self, start: u64, n: usize, purpose: Purpose) -> Result<AlignedBuf> {
         let mut buf = AlignedBuf::zeroed(n * PAGE_SIZE);
-        self.file
-            .read_exact_at(&mut buf, start * PAGE_SIZE as u64)?;
-        self.counters.record_read(purpose, n * PAGE_SIZE);
-        for i in 0..n {
-            verify(start + i as u64, &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])?;
-        }
+        self.read_many_into(start, &mut buf, purpose)?;
         Ok(buf)
     }
 
+    /// Reads `buf.len() / PAGE_SIZE` contiguous pages from `start` into `buf` (4096-byte
+    /// aligned, a prefix of an [`AlignedBuf`]) in one device request, verifying each.
+    pub fn read_many_into(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
+        debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
+        debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
+        self.file.read_exact_at(buf, start * PAGE_SIZE as u64)?;
+        self.counters.record_read(purpose, buf.len());
+        for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+            verify(start + i as u64, page)?;
+        }
+        Ok(())
+    }
+
     /// Writes whole pages starting at `start`; `buf.len()` is a multiple of `PAGE_SIZE` and each
-    /// page's checksum is filled in here. Cached copies of those pages are dropped.
-    pub fn write(&self, start: u64, mut buf: AlignedBuf, purpose: Purpose) -> Result<()> {
+    /// page's checksum is filled in here. `buf` starts 4096-byte aligned (a prefix of an
+    /// [`AlignedBuf`]), as direct I/O requires; callers reuse it. Cached copies of those pages
+    /// are dropped.
+    pub fn write(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
+        debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
         debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
         let n = buf.len() / PAGE_SIZE;
         for i in 0..n {
@@ -104,7 +115,7 @@ impl PageFile {
             );
             self.cache.invalidate(start + i as u64);
         }
-        self.file.write_all_at(&buf, start * PAGE_SIZE as u64)?;
+        self.file.write_all_at(buf, start * PAGE_SIZE as u64)?;
         self.counters.record_write(purpose, buf.len());
         Ok(())
     }
@@ -116,7 +127,7 @@ impl PageFile {
             let len = e.pages as usize * PAGE_SIZE;
             self.write(
                 e.start,
-                AlignedBuf::from_slice(&buf[off..off + len]),
+                &mut AlignedBuf::from_slice(&buf[off..off + len]),
                 purpose,
             )?;
             off += len;

@@ -223,7 +223,7 @@ impl BTree {
         let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
         fill(&mut buf[..PAGE_BODY]);
         self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
-        self.ctx.store.write(page, buf, Purpose::Merge)
+        self.ctx.store.write(page, &mut buf, Purpose::Merge)
     }
 
     /// Moves large values of new entries to blob pages.
@@ -237,7 +237,7 @@ impl BTree {
                     for (i, chunk) in v.chunks(PAGE_BODY).enumerate() {
                         buf[i * PAGE_SIZE..i * PAGE_SIZE + chunk.len()].copy_from_slice(chunk);
                     }
-                    self.ctx.store.write(ext.start, buf, Purpose::Merge)?;
+                    self.ctx.store.write(ext.start, &mut buf, Purpose::Merge)?;
                     self.counters.blobs.fetch_add(1, Ordering::Relaxed);
                     job.fresh.insert(ext.start, ext.pages);
                     e.val = Val::Blob {

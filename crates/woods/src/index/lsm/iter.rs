@@ -103,6 +103,26 @@ impl LevelIter {
             purpose,
         })
     }
+
+    /// Iterates the tables at `positions` (ascending, non-overlapping) of `level` in full, in
+    /// key order: one merge source for a compaction's inputs of a level >= 1.
+    pub fn tables(
+        version: Arc<Version>,
+        level: usize,
+        positions: Vec<usize>,
+        purpose: Purpose,
+    ) -> LevelIter {
+        LevelIter {
+            version,
+            level,
+            todo: positions.into_iter(),
+            current: None,
+            lo: Bound::Unbounded,
+            hi: Bound::Unbounded,
+            reverse: false,
+            purpose,
+        }
+    }
 }
 
 impl Iterator for LevelIter {

@@ -342,19 +342,35 @@ impl Lsm {
                 };
                 let mut removed = pick(level, &inputs);
                 removed.extend(pick(level + 1, &next));
-                let sources: Vec<EntryIter> = removed
-                    .iter()
-                    .map(|t| -> Result<EntryIter> {
-                        Ok(Box::new(TableIter::new(
+                // L0 tables overlap: one source each. A level >= 1 is one source whose tables
+                // are read one after another (LevelDB's concatenating iterator), so the merge
+                // heap and the read-ahead buffers stay small however many tables it spans.
+                let mut sources: Vec<EntryIter> = Vec::new();
+                if level == 0 {
+                    for t in &removed[..inputs.len()] {
+                        sources.push(Box::new(TableIter::new(
                             v.clone(),
                             t,
                             Bound::Unbounded,
                             Bound::Unbounded,
                             false,
                             Purpose::Merge,
-                        )?))
-                    })
-                    .collect::<Result<_>>()?;
+                        )?));
+                    }
+                } else {
+                    sources.push(Box::new(LevelIter::tables(
+                        v.clone(),
+                        level,
+                        inputs.clone(),
+                        Purpose::Merge,
+                    )));
+                }
+                sources.push(Box::new(LevelIter::tables(
+                    v.clone(),
+                    level + 1,
+                    next.clone(),
+                    Purpose::Merge,
+                )));
                 let snapshots = self.ctx.snapshots.list();
                 let merged = Compactor::new(
                     MergeIter::new(sources, false),
