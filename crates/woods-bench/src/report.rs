@@ -1,23 +1,17 @@
-//! The table `woods bench` prints: one row per engine, then every figure as a ratio to the
-//! first engine.
+//! The table `woods bench` prints: one row per engine and phase, then each engine's figures as
+//! ratios to the first engine's in the same phase.
 
 use std::fmt::Write as _;
 
-use crate::workload::{EngineResult, Workload};
+use crate::workload::{EngineResult, PhaseResult};
 
-/// One column: a header and how to get its figure from a result.
+/// One column: a header and how to get its figure from a phase.
 struct Column {
     header: &'static str,
-    value: fn(&EngineResult) -> Option<f64>,
+    value: fn(&PhaseResult) -> Option<f64>,
     show: fn(f64) -> String,
-}
-
-fn load(r: &EngineResult) -> Option<&crate::workload::PhaseResult> {
-    r.phase(Workload::FillRandom)
-}
-
-fn read(r: &EngineResult) -> Option<&crate::workload::PhaseResult> {
-    r.phase(Workload::ReadRandom)
+    /// Shown in the ratio table.
+    ratio: bool,
 }
 
 /// A duration in nanoseconds, in the unit that keeps it short.
@@ -54,96 +48,118 @@ fn amp(v: f64) -> String {
     format!("{v:.2}")
 }
 
+fn secs(v: f64) -> String {
+    format!("{v:.1}")
+}
+
 fn columns() -> Vec<Column> {
     vec![
         Column {
-            header: "load ops/s",
-            value: |r| Some(load(r)?.ops_per_sec),
+            header: "ops",
+            value: |p| Some(p.ops as f64),
             show: rate,
+            ratio: false,
+        },
+        Column {
+            header: "ops/s",
+            value: |p| Some(p.ops_per_sec),
+            show: rate,
+            ratio: true,
+        },
+        Column {
+            header: "p50",
+            value: |p| Some(p.latency.p50_ns as f64),
+            show: ns,
+            ratio: false,
+        },
+        Column {
+            header: "p99",
+            value: |p| Some(p.latency.p99_ns as f64),
+            show: ns,
+            ratio: true,
+        },
+        Column {
+            header: "p99.9",
+            value: |p| Some(p.latency.p999_ns as f64),
+            show: ns,
+            ratio: false,
+        },
+        Column {
+            header: "p99.99",
+            value: |p| Some(p.latency.p9999_ns as f64),
+            show: ns,
+            ratio: true,
+        },
+        Column {
+            header: "max",
+            value: |p| Some(p.latency.max_ns as f64),
+            show: ns,
+            ratio: true,
         },
         Column {
             header: "WA",
-            value: |r| load(r)?.write_amp,
+            value: |p| p.write_amp,
             show: amp,
+            ratio: true,
         },
         Column {
             header: "WA-WAL",
-            value: |r| load(r)?.write_amp_no_wal,
+            value: |p| p.write_amp_no_wal,
             show: amp,
+            ratio: true,
         },
         Column {
             header: "own WA",
-            value: |r| load(r)?.own_write_amp,
+            value: |p| p.own_write_amp,
             show: amp,
+            ratio: false,
         },
         Column {
             header: "space amp",
-            value: |r| Some(load(r)?.space_amp),
+            value: |p| (p.live_user_bytes > 0).then_some(p.space_amp),
             show: amp,
+            ratio: true,
         },
         Column {
-            header: "put p99",
-            value: |r| Some(load(r)?.latency.p99_ns as f64),
-            show: ns,
-        },
-        Column {
-            header: "put p99.99",
-            value: |r| Some(load(r)?.latency.p9999_ns as f64),
-            show: ns,
-        },
-        Column {
-            header: "put max",
-            value: |r| Some(load(r)?.latency.max_ns as f64),
-            show: ns,
-        },
-        Column {
-            header: "read ops/s",
-            value: |r| Some(read(r)?.ops_per_sec),
-            show: rate,
-        },
-        Column {
-            header: "get p99",
-            value: |r| Some(read(r)?.latency.p99_ns as f64),
-            show: ns,
-        },
-        Column {
-            header: "B read/get",
-            value: |r| read(r)?.read_bytes_per_op,
+            header: "B read/op",
+            value: |p| p.read_bytes_per_op,
             show: |v| format!("{v:.0}"),
+            ratio: true,
+        },
+        Column {
+            header: "CPU s",
+            value: |p| Some(p.cpu_user_secs + p.cpu_system_secs),
+            show: secs,
+            ratio: true,
         },
         Column {
             header: "peak RSS",
-            value: |r| {
-                r.phases
-                    .iter()
-                    .map(|p| p.peak_rss_bytes as f64)
-                    .reduce(f64::max)
-            },
+            value: |p| Some(p.peak_rss_bytes as f64),
             show: bytes,
+            ratio: true,
         },
     ]
 }
 
-fn render(header: &[String], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+/// Rows under a header, the first `left` columns aligned left, the others right.
+fn render(header: &[String], rows: &[Vec<String>], left: usize) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
+            *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
     let line = |out: &mut String, cells: &[String]| {
-        let mut first = true;
-        for (cell, w) in cells.iter().zip(&widths) {
-            if !first {
+        for (n, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if n > 0 {
                 out.push_str("  ");
             }
-            if first {
+            if n < left {
                 let _ = write!(out, "{cell:<w$}");
             } else {
                 let _ = write!(out, "{cell:>w$}");
             }
-            first = false;
         }
         out.push('\n');
     };
@@ -154,41 +170,50 @@ fn render(header: &[String], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The figures table and, with two engines or more, the ratio table against the first.
+/// The figures table (a row per engine and phase) and, with two engines or more, the ratio
+/// table against the first engine, phase by phase.
 pub fn table(results: &[EngineResult]) -> String {
     let cols = columns();
-    let mut header = vec!["engine".to_string(), "direct".to_string()];
+    let mut header = vec!["engine".to_string(), "phase".into(), "direct".into()];
     header.extend(cols.iter().map(|c| c.header.to_string()));
-    let rows: Vec<Vec<String>> = results
-        .iter()
-        .map(|r| {
-            let direct = r.phases.iter().all(|p| p.direct_io);
-            let mut row = vec![r.engine.clone(), if direct { "yes" } else { "no" }.into()];
-            row.extend(cols.iter().map(|c| match (c.value)(r) {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for r in results {
+        for p in &r.phases {
+            let mut row = vec![
+                r.engine.clone(),
+                p.workload.name().to_string(),
+                if p.direct_io { "yes" } else { "no" }.into(),
+            ];
+            row.extend(cols.iter().map(|c| match (c.value)(p) {
                 Some(v) => (c.show)(v),
-                None => "n/a".into(),
+                None => "-".into(),
             }));
-            row
-        })
-        .collect();
-    let mut out = render(&header, &rows);
+            rows.push(row);
+        }
+    }
+    let mut out = render(&header, &rows, 2);
     if results.len() >= 2 {
         let base = &results[0];
-        let mut header = vec![format!("ratio to {}", base.engine), String::new()];
+        let cols: Vec<&Column> = cols.iter().filter(|c| c.ratio).collect();
+        let mut header = vec![format!("ratio to {}", base.engine), "phase".into()];
         header.extend(cols.iter().map(|c| c.header.to_string()));
-        let rows: Vec<Vec<String>> = results[1..]
-            .iter()
-            .map(|r| {
-                let mut row = vec![r.engine.clone(), String::new()];
-                row.extend(cols.iter().map(|c| match ((c.value)(r), (c.value)(base)) {
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        for r in &results[1..] {
+            for (n, p) in r.phases.iter().enumerate() {
+                // The same phase of the baseline: same position, same workload.
+                let Some(b) = base.phases.get(n).filter(|b| b.workload == p.workload) else {
+                    continue;
+                };
+                let mut row = vec![r.engine.clone(), p.workload.name().to_string()];
+                row.extend(cols.iter().map(|c| match ((c.value)(p), (c.value)(b)) {
                     (Some(v), Some(b)) if b != 0.0 => format!("{:.2}x", v / b),
-                    _ => "n/a".into(),
+                    _ => "-".into(),
                 }));
-                row
-            })
-            .collect();
+                rows.push(row);
+            }
+        }
         out.push('\n');
-        out.push_str(&render(&header, &rows));
+        out.push_str(&render(&header, &rows, 2));
     }
     out
 }

@@ -1,66 +1,357 @@
 //! Workloads and the run of one engine through them, in this process.
 //!
-//! Records are those of [`RecordGen`]: record `i`'s key is a seeded 64-bit hash of `i`
-//! repeated to the key size, so writing records `0..N` in index order writes `N` distinct keys
-//! in uniformly random key order (db_bench's `fillrandom` without its duplicates).
+//! A run loads records `0..N` with a load phase (`fillseq`, `fillrandom` or `ycsb-load`), whose
+//! key format ([`KeyFormat`]) every later phase uses, then runs its phases in order. Each phase
+//! opens the engine, runs its operations from `threads` client threads sharing the engine,
+//! drains and closes it when it wrote, and takes its figures.
+//!
+//! Every answer is checked. Values are a function of record and version ([`Values`]), and
+//! [`Expected`] keeps each record's version: a get must return a value the record may hold (or
+//! "not found" exactly when it may be absent), a scan must return keys in ascending order, each
+//! the key of an existing record with a right value, without skipping records where the key
+//! format lets the bench know the order (db_bench keys). A wrong answer fails the run.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::dist::{Discrete, Rng, ScrambledZipfian, SkewedLatest};
 use crate::engine::{self, BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
-use crate::gen::RecordGen;
+use crate::expected::{after_delete, after_put, is_absent, version, Expected, Window};
+use crate::gen::{KeyFormat, Keys, Permutation, Values};
 use crate::metrics::{disk_bytes, Latency, ProcIo, Recorder, Usage};
 
 /// One phase of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Workload {
-    /// Records `0..N`, one put each: distinct keys in uniformly random order.
+    /// Load: records `0..N` in key order (db_bench keys).
+    #[serde(rename = "fillseq")]
+    FillSeq,
+    /// Load: records `0..N`, each once, in uniformly random key order (db_bench keys).
+    #[serde(rename = "fillrandom")]
     FillRandom,
-    /// Puts of new values for records chosen uniformly at random among `0..N`.
+    /// Puts of new versions of records chosen uniformly at random.
+    #[serde(rename = "overwrite")]
     Overwrite,
-    /// Gets of records chosen uniformly at random among `0..N` (all hits), every value checked.
+    /// Gets of records chosen uniformly at random; with a miss ratio, some of keys no record has.
+    #[serde(rename = "readrandom")]
     ReadRandom,
+    /// One iterator per client from its share of the key space, reading entry after entry.
+    #[serde(rename = "readseq")]
+    ReadSeq,
+    /// A seek to a record chosen uniformly at random, then N nexts.
+    #[serde(rename = "seekrandom")]
+    SeekRandom,
+    /// Deletes of records chosen uniformly at random.
+    #[serde(rename = "deleterandom")]
+    DeleteRandom,
+    /// YCSB load: records `0..N` in record order (YCSB keys, so random key order).
+    #[serde(rename = "ycsb-load")]
+    YcsbLoad,
+    /// YCSB A: 50% reads, 50% updates, zipfian.
+    #[serde(rename = "ycsb-a")]
+    YcsbA,
+    /// YCSB B: 95% reads, 5% updates, zipfian.
+    #[serde(rename = "ycsb-b")]
+    YcsbB,
+    /// YCSB C: 100% reads, zipfian.
+    #[serde(rename = "ycsb-c")]
+    YcsbC,
+    /// YCSB D: 95% reads, 5% inserts, latest.
+    #[serde(rename = "ycsb-d")]
+    YcsbD,
+    /// YCSB E: 95% scans of 1–100 entries, 5% inserts, zipfian.
+    #[serde(rename = "ycsb-e")]
+    YcsbE,
+    /// YCSB F: 50% reads, 50% read-modify-writes, zipfian.
+    #[serde(rename = "ycsb-f")]
+    YcsbF,
 }
 
+/// One operation of a YCSB transaction phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum YcsbOp {
+    Read,
+    Update,
+    Insert,
+    Scan,
+    ReadModifyWrite,
+}
+
+/// YCSB's longest scan (`maxscanlength`); lengths are uniform in `1..=MAX_SCAN_LENGTH`.
+pub const MAX_SCAN_LENGTH: u64 = 100;
+
 impl Workload {
+    /// Every workload, in the order `woods bench --help` lists them.
+    pub const ALL: [Workload; 14] = [
+        Workload::FillSeq,
+        Workload::FillRandom,
+        Workload::Overwrite,
+        Workload::ReadRandom,
+        Workload::ReadSeq,
+        Workload::SeekRandom,
+        Workload::DeleteRandom,
+        Workload::YcsbLoad,
+        Workload::YcsbA,
+        Workload::YcsbB,
+        Workload::YcsbC,
+        Workload::YcsbD,
+        Workload::YcsbE,
+        Workload::YcsbF,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
+            Workload::FillSeq => "fillseq",
             Workload::FillRandom => "fillrandom",
             Workload::Overwrite => "overwrite",
             Workload::ReadRandom => "readrandom",
+            Workload::ReadSeq => "readseq",
+            Workload::SeekRandom => "seekrandom",
+            Workload::DeleteRandom => "deleterandom",
+            Workload::YcsbLoad => "ycsb-load",
+            Workload::YcsbA => "ycsb-a",
+            Workload::YcsbB => "ycsb-b",
+            Workload::YcsbC => "ycsb-c",
+            Workload::YcsbD => "ycsb-d",
+            Workload::YcsbE => "ycsb-e",
+            Workload::YcsbF => "ycsb-f",
         }
     }
 
-    fn writes(self) -> bool {
-        !matches!(self, Workload::ReadRandom)
+    pub fn from_name(name: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// Loads write records `0..N` and set the run's key format.
+    pub fn load_format(self) -> Option<KeyFormat> {
+        match self {
+            Workload::FillSeq | Workload::FillRandom => Some(KeyFormat::DbBench),
+            Workload::YcsbLoad => Some(KeyFormat::Ycsb),
+            _ => None,
+        }
+    }
+
+    pub fn is_load(self) -> bool {
+        self.load_format().is_some()
+    }
+
+    /// Whether the phase writes (it then drains and closes the engine inside its time, and has
+    /// a write amplification).
+    pub fn writes(self) -> bool {
+        !matches!(
+            self,
+            Workload::ReadRandom | Workload::ReadSeq | Workload::SeekRandom | Workload::YcsbC
+        )
+    }
+
+    /// Whether the phase reads (it has device bytes read per operation).
+    pub fn reads(self) -> bool {
+        !self.is_load() && !matches!(self, Workload::Overwrite | Workload::DeleteRandom)
+    }
+
+    /// Whether the phase scans (its YCSB values must name their records).
+    pub fn scans(self) -> bool {
+        matches!(
+            self,
+            Workload::ReadSeq | Workload::SeekRandom | Workload::YcsbE
+        )
+    }
+
+    /// The YCSB operation mix of a transaction phase (YCSB's `workloads/workloada` ... `f`).
+    fn ycsb_mix(self) -> Option<&'static [(f64, YcsbOp)]> {
+        Some(match self {
+            Workload::YcsbA => &[(0.5, YcsbOp::Read), (0.5, YcsbOp::Update)],
+            Workload::YcsbB => &[(0.95, YcsbOp::Read), (0.05, YcsbOp::Update)],
+            Workload::YcsbC => &[(1.0, YcsbOp::Read)],
+            Workload::YcsbD => &[(0.95, YcsbOp::Read), (0.05, YcsbOp::Insert)],
+            Workload::YcsbE => &[(0.95, YcsbOp::Scan), (0.05, YcsbOp::Insert)],
+            Workload::YcsbF => &[(0.5, YcsbOp::Read), (0.5, YcsbOp::ReadModifyWrite)],
+            _ => return None,
+        })
+    }
+
+    /// The share of a YCSB phase's operations that insert.
+    fn insert_proportion(self) -> f64 {
+        self.ycsb_mix()
+            .and_then(|m| m.iter().find(|c| c.1 == YcsbOp::Insert))
+            .map_or(0.0, |c| c.0)
     }
 }
 
+/// How YCSB phases choose records (`--distribution`; by default each workload's own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Distribution {
+    /// YCSB's scrambled zipfian (constant 0.99, hot records scattered by an FNV hash).
+    Zipfian,
+    /// Uniform over the records loaded before the phase, as YCSB's `uniform`.
+    Uniform,
+    /// YCSB's skewed latest: the newest records are the most popular.
+    Latest,
+}
+
+impl Distribution {
+    pub fn name(self) -> &'static str {
+        match self {
+            Distribution::Zipfian => "zipfian",
+            Distribution::Uniform => "uniform",
+            Distribution::Latest => "latest",
+        }
+    }
+}
+
+/// One phase of a run: a workload and its number of operations (loads write the run's
+/// records and ignore `ops`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phase {
+    pub workload: Workload,
+    pub ops: u64,
+}
+
 /// Everything a child process needs to run one engine: passed to it as JSON.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunSpec {
     /// Engine name (`woods:lsm`, `rocksdb`).
     pub engine: String,
     /// The engine's database directory (created; should be empty).
     pub dir: PathBuf,
     pub config: EngineConfig,
-    /// Phases in order; each opens the engine, runs, drains (writes) and closes it.
-    pub workloads: Vec<Workload>,
-    /// Number of records N.
+    /// Phases in order; each opens the engine, runs, drains (writes) and closes it. The first
+    /// is a load.
+    pub phases: Vec<Phase>,
+    /// Number of records N of the loads.
     pub records: u64,
-    /// Operations of `readrandom`.
-    pub reads: u64,
-    /// Operations of `overwrite`.
-    pub overwrites: u64,
     pub key_size: usize,
     pub value_size: usize,
+    /// Client threads sharing the engine.
+    pub threads: usize,
+    /// Share of `readrandom`'s gets that look up keys no record has (0 to 1).
+    pub miss_ratio: f64,
+    /// `next` calls after each seek of `seekrandom`.
+    pub seek_nexts: usize,
+    /// Request distribution of the YCSB phases; `None` is each workload's own (`latest` for D,
+    /// zipfian for the others).
+    pub distribution: Option<Distribution>,
     pub seed: u64,
     /// Print a progress line on stderr about once a second.
     pub progress: bool,
+}
+
+impl RunSpec {
+    /// The operations phase `p` runs (loads: the records).
+    pub fn ops(&self, p: &Phase) -> u64 {
+        if p.workload.is_load() {
+            self.records
+        } else {
+            p.ops
+        }
+    }
+
+    /// The key format the run's loads set.
+    pub fn key_format(&self) -> Option<KeyFormat> {
+        self.phases.iter().find_map(|p| p.workload.load_format())
+    }
+
+    /// Checks the spec before anything runs: a load first, one key format, sizes that hold the
+    /// keys, a ratio in range.
+    pub fn validate(&self) -> BenchResult<()> {
+        let fail = |m: String| Err(BenchError::new(m));
+        if self.records == 0 {
+            return fail("--records must be at least 1".into());
+        }
+        if self.threads == 0 {
+            return fail("--threads must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&self.miss_ratio) {
+            return fail(format!(
+                "--miss-ratio {} is not between 0 and 1",
+                self.miss_ratio
+            ));
+        }
+        let Some(first) = self.phases.first() else {
+            return fail("no workloads to run".into());
+        };
+        if !first.workload.is_load() {
+            return fail(format!(
+                "{} needs the records: start with a load (fillseq, fillrandom or ycsb-load)",
+                first.workload.name()
+            ));
+        }
+        let format = self.key_format().expect("the first phase is a load");
+        for p in &self.phases {
+            if let Some(f) = p.workload.load_format() {
+                if f != format {
+                    return fail(format!(
+                        "{} loads {} keys but an earlier load wrote {} keys: one run has one key \
+                         format",
+                        p.workload.name(),
+                        f.name(),
+                        format.name()
+                    ));
+                }
+            }
+        }
+        Keys::new(format, self.key_size).map_err(BenchError)?;
+        let scans = self.phases.iter().any(|p| p.workload.scans());
+        if format == KeyFormat::Ycsb && scans && !Values::new(self.value_size, 0).has_header() {
+            return fail(format!(
+                "--value-size {} is too small to scan YCSB keys: values need at least {} bytes \
+                 to name their record",
+                self.value_size,
+                crate::gen::VALUE_HEADER
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records the run may hold: the loaded ones and one per operation of a phase that inserts.
+    fn capacity(&self) -> u64 {
+        let inserts: u64 = self
+            .phases
+            .iter()
+            .filter(|p| p.workload.insert_proportion() > 0.0)
+            .map(|p| p.ops)
+            .sum();
+        self.records.saturating_add(inserts)
+    }
+}
+
+/// How many operations of each kind a phase did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpCounts {
+    /// Gets (of `readrandom` and YCSB reads), hits and misses.
+    pub reads: u64,
+    /// Gets answered "not found" (rightly: misses, deleted records).
+    pub not_found: u64,
+    /// Puts of loads, overwrites and YCSB updates.
+    pub puts: u64,
+    /// YCSB inserts of new records.
+    pub inserts: u64,
+    pub deletes: u64,
+    /// Seeks (of `readseq`, `seekrandom`, YCSB scans).
+    pub scans: u64,
+    /// Entries returned by the scans.
+    pub scanned: u64,
+    /// YCSB read-modify-writes (a get and a put, timed as one operation).
+    pub read_modify_writes: u64,
+}
+
+impl OpCounts {
+    fn add(&mut self, o: &OpCounts) {
+        self.reads += o.reads;
+        self.not_found += o.not_found;
+        self.puts += o.puts;
+        self.inserts += o.inserts;
+        self.deletes += o.deletes;
+        self.scans += o.scans;
+        self.scanned += o.scanned;
+        self.read_modify_writes += o.read_modify_writes;
+    }
 }
 
 /// The figures of one phase. Write phases include draining the engine's background work and
@@ -68,7 +359,15 @@ pub struct RunSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PhaseResult {
     pub workload: Workload,
+    /// Operations: puts, gets, deletes, scans (one seek and its nexts), read-modify-writes; for
+    /// `readseq`, entries read.
     pub ops: u64,
+    /// Client threads.
+    pub threads: usize,
+    /// The request distribution of a YCSB phase.
+    pub distribution: Option<Distribution>,
+    /// What the operations were.
+    pub mix: OpCounts,
     /// Wall time from the first operation until the engine was drained and closed.
     pub secs: f64,
     pub ops_per_sec: f64,
@@ -76,7 +375,7 @@ pub struct PhaseResult {
     pub latency: Latency,
     /// Operations completed in each second of the phase.
     pub per_second: Vec<u64>,
-    /// Key + value bytes the phase wrote.
+    /// Key + value bytes the phase wrote (a delete counts its key).
     pub user_bytes: u64,
     /// Device bytes written by the process (write_bytes − cancelled_write_bytes from
     /// /proc/self/io), from before opening the engine to after closing it.
@@ -93,17 +392,17 @@ pub struct PhaseResult {
     pub own_write_amp: Option<f64>,
     /// The engine's own written bytes less WAL ÷ user_bytes.
     pub own_write_amp_no_wal: Option<f64>,
-    /// Device bytes read per operation (/proc).
+    /// Device bytes read per operation (/proc), in phases that read.
     pub read_bytes_per_op: Option<f64>,
     /// The engine's own user-read bytes per operation.
     pub own_read_bytes_per_op: Option<f64>,
     /// Bytes allocated under the engine's directory after the phase.
     pub disk_bytes: u64,
-    /// Records × (key + value): what a user holds in the engine.
+    /// Present records × (key + value) after the phase: what a user holds in the engine.
     pub live_user_bytes: u64,
     /// disk_bytes ÷ live_user_bytes.
     pub space_amp: f64,
-    /// Reads whose value was checked against the expected one (all of them).
+    /// Answers checked against the expected ones: every get and every scanned entry.
     pub checked: u64,
     pub cpu_user_secs: f64,
     pub cpu_system_secs: f64,
@@ -121,45 +420,14 @@ pub struct EngineResult {
 }
 
 impl EngineResult {
+    /// The first phase of workload `w`.
     pub fn phase(&self, w: Workload) -> Option<&PhaseResult> {
         self.phases.iter().find(|p| p.workload == w)
     }
 }
 
-/// xorshift64*: uniform record indices, reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64, salt: u64) -> Rng {
-        let s = crate::gen::splitmix64(seed ^ salt);
-        Rng(if s == 0 { 1 } else { s })
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
-
-/// Which records hold their overwritten value.
-struct Overwritten(Vec<u64>);
-
-impl Overwritten {
-    fn new(records: u64) -> Overwritten {
-        Overwritten(vec![0; records.div_ceil(64) as usize])
-    }
-    fn set(&mut self, i: u64) {
-        self.0[(i / 64) as usize] |= 1 << (i % 64);
-    }
-    fn get(&self, i: u64) -> bool {
-        self.0[(i / 64) as usize] & (1 << (i % 64)) != 0
-    }
-}
-
 /// Prints `engine workload: done/total, ops/s` on stderr about once a second.
 struct Progress {
-    on: bool,
     label: String,
     total: u64,
     last: Instant,
@@ -168,9 +436,6 @@ struct Progress {
 
 impl Progress {
     fn tick(&mut self, done: u64) {
-        if !self.on || !done.is_multiple_of(1024) {
-            return;
-        }
         let dt = self.last.elapsed();
         if dt < Duration::from_secs(1) {
             return;
@@ -186,44 +451,45 @@ impl Progress {
         self.last = Instant::now();
         self.last_done = done;
     }
-
-    fn note(&self, what: &str) {
-        if self.on {
-            let _ = writeln!(std::io::stderr(), "  {}: {what}", self.label);
-        }
-    }
 }
 
 fn ratio(a: u64, b: u64) -> Option<f64> {
     (b > 0).then(|| a as f64 / b as f64)
 }
 
-/// Runs every workload of `spec` against its engine in this process.
+/// Opens the engine of a spec: [`run`] opens it by name; tests pass their own to wrap it.
+pub type Opener<'a> = &'a dyn Fn(&RunSpec) -> BenchResult<Box<dyn Engine>>;
+
+/// Runs every phase of `spec` against its engine in this process.
 pub fn run(spec: &RunSpec) -> BenchResult<EngineResult> {
     engine::check_name(&spec.engine)?;
-    if spec.records == 0 {
-        return Err(BenchError::new("--records must be at least 1"));
-    }
-    let gen = RecordGen::new(spec.key_size, spec.value_size, spec.seed).map_err(BenchError)?;
-    // Overwrites write the values of another seed, so that a read tells old from new.
-    let regen = RecordGen::new(spec.key_size, spec.value_size, spec.seed ^ 0x0EE0_0EE0)
-        .map_err(BenchError)?;
-    let mut overwritten = Overwritten::new(spec.records);
-    let mut loaded = false;
+    run_with(spec, &|s: &RunSpec| {
+        engine::open(&s.engine, &s.dir, &s.config)
+    })
+}
+
+/// Like [`run`], with the engine opened by `open` for each phase.
+pub fn run_with(spec: &RunSpec, open: Opener) -> BenchResult<EngineResult> {
+    spec.validate()?;
+    let format = spec.key_format().expect("validated: a load comes first");
+    let keys = Keys::new(format, spec.key_size).map_err(BenchError)?;
+    let values = Values::new(spec.value_size, spec.seed);
+    let expected = Expected::new(spec.capacity());
     let mut phases = Vec::new();
-    for &w in &spec.workloads {
-        if w != Workload::FillRandom && !loaded {
-            return Err(BenchError::new(format!(
-                "{} needs the records: run fillrandom first",
-                w.name()
-            )));
-        }
-        let p = run_phase(spec, w, &gen, &regen, &mut overwritten)?;
+    for (n, p) in spec.phases.iter().enumerate() {
+        let shared = Shared {
+            spec,
+            phase: *p,
+            phase_no: n as u64,
+            keys: &keys,
+            values: &values,
+            expected: &expected,
+        };
+        let r = run_phase(&shared, open)?;
         if spec.engine.starts_with("woods:") {
-            cross_check(&spec.engine, &p)?;
+            cross_check(&spec.engine, &r)?;
         }
-        loaded |= w == Workload::FillRandom;
-        phases.push(p);
+        phases.push(r);
     }
     Ok(EngineResult {
         engine: spec.engine.clone(),
@@ -232,98 +498,108 @@ pub fn run(spec: &RunSpec) -> BenchResult<EngineResult> {
     })
 }
 
-fn run_phase(
-    spec: &RunSpec,
-    w: Workload,
-    gen: &RecordGen,
-    regen: &RecordGen,
-    overwritten: &mut Overwritten,
-) -> BenchResult<PhaseResult> {
+/// What every phase of a run shares.
+struct Shared<'a> {
+    spec: &'a RunSpec,
+    phase: Phase,
+    phase_no: u64,
+    keys: &'a Keys,
+    values: &'a Values,
+    expected: &'a Expected,
+}
+
+/// What the client threads of one phase share.
+struct Ctx<'a> {
+    s: &'a Shared<'a>,
+    db: &'a dyn Engine,
+    ops: u64,
+    /// Another client may write a record while this one reads it.
+    in_flight: bool,
+    /// Operations done by all clients (for progress).
+    done: AtomicU64,
+    /// A client failed: the others stop.
+    failed: AtomicBool,
+    /// YCSB's record choosers, built before the clock starts (zeta takes a while).
+    chooser: Option<Chooser>,
+    permutation: Option<Permutation>,
+}
+
+/// Runs one phase: opens the engine, runs the clients, drains and closes, takes the figures.
+fn run_phase(s: &Shared, open: Opener) -> BenchResult<PhaseResult> {
+    let spec = s.spec;
+    let w = s.phase.workload;
+    let ops = spec.ops(&s.phase);
+    let threads = spec.threads;
+    let chooser = Chooser::new(s, ops);
+    let permutation = (w == Workload::FillRandom).then(|| Permutation::new(ops, spec.seed));
+
     let io0 = ProcIo::now();
     let u0 = Usage::now();
-    let mut db = engine::open(&spec.engine, &spec.dir, &spec.config)?;
+    let mut db = open(spec)?;
     let direct_io = db.direct_io();
-    let ops = match w {
-        Workload::FillRandom => spec.records,
-        Workload::Overwrite => spec.overwrites,
-        Workload::ReadRandom => spec.reads,
+    let ctx = Ctx {
+        s,
+        db: db.as_ref(),
+        ops,
+        in_flight: threads > 1 && w.writes(),
+        done: AtomicU64::new(0),
+        failed: AtomicBool::new(false),
+        chooser,
+        permutation,
     };
-    let mut progress = Progress {
-        on: spec.progress,
-        label: format!("{} {}", spec.engine, w.name()),
-        total: ops,
-        last: Instant::now(),
-        last_done: 0,
-    };
-    let mut rec = Recorder::new();
-    let mut key = Vec::with_capacity(spec.key_size);
-    let mut value = Vec::with_capacity(spec.value_size);
+    let start = Instant::now();
+    let outcomes: Vec<BenchResult<ClientResult>> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let ctx = &ctx;
+                scope.spawn(move || {
+                    let r = Client::new(ctx, t, start).run();
+                    if r.is_err() {
+                        ctx.failed.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(BenchError::new("a client thread panicked")))
+            })
+            .collect()
+    });
+    let mut rec = Recorder::starting_at(start);
+    let mut mix = OpCounts::default();
     let mut checked = 0;
-    match w {
-        Workload::FillRandom => {
-            for i in 0..ops {
-                gen.key_into(i, &mut key);
-                gen.value_into(i, &mut value);
-                timed_put(db.as_ref(), &mut rec, &key, &value)
-                    .map_err(|e| BenchError::new(format!("record {i}: {e}")))?;
-                progress.tick(i + 1);
-            }
-        }
-        Workload::Overwrite => {
-            let mut rng = Rng::new(spec.seed, 0x0BE5_0BE5);
-            for n in 0..ops {
-                let i = rng.below(spec.records);
-                gen.key_into(i, &mut key);
-                regen.value_into(i, &mut value);
-                timed_put(db.as_ref(), &mut rec, &key, &value)
-                    .map_err(|e| BenchError::new(format!("record {i}: {e}")))?;
-                overwritten.set(i);
-                progress.tick(n + 1);
-            }
-        }
-        Workload::ReadRandom => {
-            let mut rng = Rng::new(spec.seed, 0x0EAD_0EAD);
-            for n in 0..ops {
-                let i = rng.below(spec.records);
-                gen.key_into(i, &mut key);
-                if overwritten.get(i) {
-                    regen.value_into(i, &mut value);
-                } else {
-                    gen.value_into(i, &mut value);
-                }
-                let t0 = Instant::now();
-                let got = db.get(&key)?;
-                rec.record(t0, Instant::now());
-                match got {
-                    Some(v) if v == value => checked += 1,
-                    Some(v) => {
-                        return Err(BenchError::new(format!(
-                            "WRONG VALUE from {}: record {i} (lookup {n}) returned {} bytes that \
-                             differ from the {} bytes written; a fast wrong engine is not a result",
-                            spec.engine,
-                            v.len(),
-                            value.len()
-                        )))
-                    }
-                    None => {
-                        return Err(BenchError::new(format!(
-                            "MISSING RECORD in {}: record {i} (lookup {n}) was written but get \
-                             returned nothing; a fast wrong engine is not a result",
-                            spec.engine
-                        )))
-                    }
-                }
-                progress.tick(n + 1);
-            }
-        }
+    let mut user_bytes = 0;
+    let mut ops_done = 0;
+    for o in outcomes {
+        let c = o?;
+        rec.merge(&c.rec);
+        mix.add(&c.counts);
+        checked += c.checked;
+        user_bytes += c.user_bytes;
+        ops_done += c.ops;
+    }
+    if let Some(f) = w.load_format() {
+        debug_assert_eq!(Some(f), spec.key_format());
+        s.expected.loaded(spec.records);
     }
     if w.writes() {
-        progress.note("draining background work");
+        if spec.progress {
+            let _ = writeln!(
+                std::io::stderr(),
+                "  {} {}: draining background work",
+                spec.engine,
+                w.name()
+            );
+        }
         db.drain()?;
     }
     let own = db.counters();
     db.close()?;
-    let secs = rec.start().elapsed().as_secs_f64();
+    let secs = start.elapsed().as_secs_f64();
     let io1 = ProcIo::now();
     let u1 = Usage::now();
 
@@ -332,21 +608,27 @@ fn run_phase(
         _ => (None, None),
     };
     let per_record = (spec.key_size + spec.value_size) as u64;
-    let user_bytes = if w.writes() { ops * per_record } else { 0 };
-    let live_user_bytes = spec.records * per_record;
+    let live_user_bytes = s.expected.live() * per_record;
     let disk = disk_bytes(&spec.dir)
         .map_err(|e| BenchError::new(format!("measuring {}: {e}", spec.dir.display())))?;
     let no_wal = |total: Option<u64>| Some(total?.saturating_sub(own.wal_written?));
     let write_amp = |b: Option<u64>| ratio(b?, user_bytes);
     let per_op = |b: Option<u64>| {
         let b = b?;
-        (!w.writes() && ops > 0).then(|| b as f64 / ops as f64)
+        (w.reads() && ops_done > 0).then(|| b as f64 / ops_done as f64)
     };
     Ok(PhaseResult {
         workload: w,
-        ops,
+        ops: ops_done,
+        threads,
+        distribution: Chooser::distribution(spec, w),
+        mix,
         secs,
-        ops_per_sec: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
+        ops_per_sec: if secs > 0.0 {
+            ops_done as f64 / secs
+        } else {
+            0.0
+        },
         latency: rec.latency(),
         per_second: rec.per_second().to_vec(),
         user_bytes,
@@ -368,6 +650,730 @@ fn run_phase(
         peak_rss_bytes: u1.max_rss_bytes,
         direct_io,
     })
+}
+
+/// How a YCSB phase picks records (YCSB's `keychooser` and `nextKeynum`).
+#[derive(Clone)]
+enum Chooser {
+    Uniform { records: u64 },
+    Zipfian(ScrambledZipfian),
+    Latest(SkewedLatest),
+}
+
+impl Chooser {
+    fn distribution(spec: &RunSpec, w: Workload) -> Option<Distribution> {
+        w.ycsb_mix()?;
+        Some(spec.distribution.unwrap_or(if w == Workload::YcsbD {
+            Distribution::Latest
+        } else {
+            Distribution::Zipfian
+        }))
+    }
+
+    /// YCSB's choosers, over the records acknowledged when the phase starts: uniform over
+    /// them; scrambled zipfian over them and twice the inserts the phase expects
+    /// (`expectednewkeys`), redrawing records not inserted yet; latest from the newest.
+    fn new(s: &Shared, ops: u64) -> Option<Chooser> {
+        let w = s.phase.workload;
+        let records = s.expected.acked();
+        Some(match Chooser::distribution(s.spec, w)? {
+            Distribution::Uniform => Chooser::Uniform { records },
+            Distribution::Zipfian => {
+                let expected_new = (ops as f64 * w.insert_proportion() * 2.0) as u64;
+                Chooser::Zipfian(ScrambledZipfian::new(0, records + expected_new))
+            }
+            Distribution::Latest => Chooser::Latest(SkewedLatest::new(records - 1)),
+        })
+    }
+
+    /// YCSB's `nextKeynum`: a draw at most the last acknowledged record.
+    fn next(&mut self, rng: &mut Rng, expected: &Expected) -> u64 {
+        loop {
+            let last = expected.acked() - 1;
+            let k = match self {
+                Chooser::Uniform { records } => rng.below(*records),
+                Chooser::Zipfian(z) => z.next(rng),
+                Chooser::Latest(l) => l.next(last, rng),
+            };
+            if k <= last {
+                return k;
+            }
+        }
+    }
+}
+
+/// What one client thread did.
+struct ClientResult {
+    rec: Recorder,
+    counts: OpCounts,
+    checked: u64,
+    user_bytes: u64,
+    ops: u64,
+}
+
+/// One client thread of a phase.
+struct Client<'a> {
+    ctx: &'a Ctx<'a>,
+    t: usize,
+    rec: Recorder,
+    counts: OpCounts,
+    checked: u64,
+    user_bytes: u64,
+    rng: Rng,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    scratch: Vec<u8>,
+    progress: Option<Progress>,
+    unreported: u64,
+}
+
+/// A wrong answer: the run fails with this.
+fn wrong(engine: &str, what: String) -> BenchError {
+    BenchError::new(format!(
+        "WRONG ANSWER from {engine}: {what}; a fast wrong engine is not a result"
+    ))
+}
+
+/// A key for a message: printable bytes as they are, others escaped.
+pub fn show_key(key: &[u8]) -> String {
+    key.iter()
+        .flat_map(|&b| std::ascii::escape_default(b))
+        .map(char::from)
+        .collect()
+}
+
+/// The share of `total` of client `t` of `n`: `lo..hi`.
+fn share(total: u64, t: usize, n: usize) -> (u64, u64) {
+    let at = |k: usize| (total as u128 * k as u128 / n as u128) as u64;
+    (at(t), at(t + 1))
+}
+
+impl<'a> Client<'a> {
+    fn new(ctx: &'a Ctx<'a>, t: usize, start: Instant) -> Client<'a> {
+        let spec = ctx.s.spec;
+        let salt = (ctx.s.phase_no << 32) ^ ((t as u64) << 8) ^ 0xC11E;
+        Client {
+            ctx,
+            t,
+            rec: Recorder::starting_at(start),
+            counts: OpCounts::default(),
+            checked: 0,
+            user_bytes: 0,
+            rng: Rng::new(spec.seed, salt),
+            key: Vec::with_capacity(spec.key_size),
+            value: Vec::with_capacity(spec.value_size),
+            scratch: Vec::with_capacity(spec.value_size),
+            progress: (spec.progress && t == 0).then(|| Progress {
+                label: format!("{} {}", spec.engine, ctx.s.phase.workload.name()),
+                total: ctx.ops,
+                last: start,
+                last_done: 0,
+            }),
+            unreported: 0,
+        }
+    }
+
+    fn engine(&self) -> &'a str {
+        &self.ctx.s.spec.engine
+    }
+
+    /// Counts `n` operations for the progress line; false when another client failed.
+    fn tick(&mut self, n: u64) -> bool {
+        self.unreported += n;
+        if self.unreported >= 256 {
+            let done =
+                self.ctx.done.fetch_add(self.unreported, Ordering::Relaxed) + self.unreported;
+            self.unreported = 0;
+            if let Some(p) = &mut self.progress {
+                p.tick(done);
+            }
+            return !self.ctx.failed.load(Ordering::Relaxed);
+        }
+        true
+    }
+
+    fn run(mut self) -> BenchResult<ClientResult> {
+        let ctx = self.ctx;
+        let s = ctx.s;
+        let spec = s.spec;
+        let (lo, hi) = share(ctx.ops, self.t, spec.threads);
+        let mine = hi - lo;
+        let mut ops = mine;
+        match s.phase.workload {
+            Workload::FillSeq | Workload::YcsbLoad => {
+                for i in lo..hi {
+                    self.put(i)?;
+                    if !self.tick(1) {
+                        break;
+                    }
+                }
+            }
+            Workload::FillRandom => {
+                let perm = ctx
+                    .permutation
+                    .as_ref()
+                    .expect("fillrandom has a permutation");
+                for p in lo..hi {
+                    self.put(perm.at(p))?;
+                    if !self.tick(1) {
+                        break;
+                    }
+                }
+            }
+            Workload::Overwrite => {
+                for _ in 0..mine {
+                    let i = self.rng.below(s.expected.acked());
+                    self.put(i)?;
+                    if !self.tick(1) {
+                        break;
+                    }
+                }
+            }
+            Workload::DeleteRandom => {
+                for _ in 0..mine {
+                    let i = self.rng.below(s.expected.acked());
+                    self.delete(i)?;
+                    if !self.tick(1) {
+                        break;
+                    }
+                }
+            }
+            Workload::ReadRandom => {
+                for _ in 0..mine {
+                    let i = self.rng.below(s.expected.acked());
+                    if spec.miss_ratio > 0.0 && self.rng.unit() < spec.miss_ratio {
+                        self.get_missing(i)?;
+                    } else {
+                        self.get(i)?;
+                    }
+                    if !self.tick(1) {
+                        break;
+                    }
+                }
+            }
+            Workload::SeekRandom => {
+                for _ in 0..mine {
+                    let i = self.rng.below(s.expected.acked());
+                    self.scan(i, spec.seek_nexts + 1)?;
+                    if !self.tick(1) {
+                        break;
+                    }
+                }
+            }
+            Workload::ReadSeq => ops = self.read_seq(mine)?,
+            w => {
+                let mix = Discrete::new(w.ycsb_mix().expect("the other workloads are YCSB's"));
+                let mut chooser = ctx.chooser.clone().expect("YCSB phases have a chooser");
+                for _ in 0..mine {
+                    match mix.next(&mut self.rng) {
+                        YcsbOp::Read => {
+                            let i = chooser.next(&mut self.rng, s.expected);
+                            self.get(i)?;
+                        }
+                        YcsbOp::Update => {
+                            let i = chooser.next(&mut self.rng, s.expected);
+                            self.put(i)?;
+                        }
+                        YcsbOp::Insert => self.insert()?,
+                        YcsbOp::Scan => {
+                            let i = chooser.next(&mut self.rng, s.expected);
+                            let len = 1 + self.rng.below(MAX_SCAN_LENGTH);
+                            self.scan(i, len as usize)?;
+                        }
+                        YcsbOp::ReadModifyWrite => {
+                            let i = chooser.next(&mut self.rng, s.expected);
+                            self.read_modify_write(i)?;
+                        }
+                    }
+                    if !self.tick(1) {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(ClientResult {
+            rec: self.rec,
+            counts: self.counts,
+            checked: self.checked,
+            user_bytes: self.user_bytes,
+            ops,
+        })
+    }
+
+    /// Puts the next version of record `i`.
+    fn put(&mut self, i: u64) -> BenchResult<()> {
+        let s = self.ctx.s;
+        let _lock = s.expected.lock(i);
+        let old = s.expected.state(i);
+        let new = after_put(old);
+        s.keys.key_into(i, &mut self.key);
+        s.values.value_into(i, version(new), &mut self.value);
+        let t0 = Instant::now();
+        self.ctx
+            .db
+            .put(&self.key, &self.value)
+            .map_err(|e| BenchError::new(format!("put of record {i}: {e}")))?;
+        self.rec.record(t0, Instant::now());
+        s.expected.publish(i, old, new);
+        self.counts.puts += 1;
+        self.user_bytes += (self.key.len() + self.value.len()) as u64;
+        Ok(())
+    }
+
+    /// Inserts a new record (YCSB's transaction insert), acknowledged once it is in.
+    fn insert(&mut self) -> BenchResult<()> {
+        let e = self.ctx.s.expected;
+        let i = e.issue().ok_or_else(|| {
+            BenchError::new("more inserts than the run made room for (a bench bug)")
+        })?;
+        self.put(i)?;
+        e.ack(i);
+        self.counts.puts -= 1;
+        self.counts.inserts += 1;
+        Ok(())
+    }
+
+    fn delete(&mut self, i: u64) -> BenchResult<()> {
+        let s = self.ctx.s;
+        let _lock = s.expected.lock(i);
+        let old = s.expected.state(i);
+        s.keys.key_into(i, &mut self.key);
+        let t0 = Instant::now();
+        self.ctx
+            .db
+            .delete(&self.key)
+            .map_err(|e| BenchError::new(format!("delete of record {i}: {e}")))?;
+        self.rec.record(t0, Instant::now());
+        s.expected.publish(i, old, after_delete(old));
+        self.counts.deletes += 1;
+        self.user_bytes += self.key.len() as u64;
+        Ok(())
+    }
+
+    /// Gets record `i` and checks the answer.
+    fn get(&mut self, i: u64) -> BenchResult<()> {
+        let s = self.ctx.s;
+        s.keys.key_into(i, &mut self.key);
+        let before = s.expected.state(i);
+        let w0 = s.expected.writes();
+        let t0 = Instant::now();
+        let got = self
+            .ctx
+            .db
+            .get(&self.key)
+            .map_err(|e| BenchError::new(format!("get of record {i}: {e}")))?;
+        self.rec.record(t0, Instant::now());
+        let after = s.expected.state(i);
+        let window = Window::get(before, after, s.expected.writes() - w0, self.ctx.in_flight);
+        self.counts.reads += 1;
+        self.check_get(i, got.as_deref(), window)
+    }
+
+    /// Checks the answer of a get of record `i` against the versions it may hold.
+    fn check_get(&mut self, i: u64, got: Option<&[u8]>, window: Window) -> BenchResult<()> {
+        match got {
+            None if window.may_be_absent() => self.counts.not_found += 1,
+            None => {
+                return Err(wrong(
+                    self.engine(),
+                    format!(
+                        "record {i} (key {}) was written but get returned nothing",
+                        show_key(&self.key)
+                    ),
+                ))
+            }
+            Some(v) => {
+                if let Err(why) = self.check_value(i, v, window) {
+                    return Err(wrong(
+                        self.engine(),
+                        format!("get of record {i} (key {}): {why}", show_key(&self.key)),
+                    ));
+                }
+            }
+        }
+        self.checked += 1;
+        Ok(())
+    }
+
+    /// Whether `got` is a value record `i` may hold now.
+    fn check_value(&mut self, i: u64, got: &[u8], window: Window) -> Result<(), String> {
+        let values = self.ctx.s.values;
+        if got.len() != values.value_size() {
+            return Err(format!(
+                "returned {} bytes, its values have {}",
+                got.len(),
+                values.value_size()
+            ));
+        }
+        if values.has_header() {
+            let (j, v) = values.decode(got).expect("the length is right");
+            if j != i {
+                return Err(format!("returned a value of record {j}"));
+            }
+            if !window.contains(v) {
+                return Err(if window.versions().next().is_none() {
+                    format!("returned version {v} of a record that is deleted")
+                } else {
+                    format!(
+                        "returned version {v}, which it does not hold (it may hold {:?})",
+                        window.versions().collect::<Vec<_>>()
+                    )
+                });
+            }
+            values.value_into(i, v, &mut self.scratch);
+            if self.scratch != got {
+                return Err(format!("returned a corrupt value (version {v})"));
+            }
+            return Ok(());
+        }
+        for v in window.versions() {
+            values.value_into(i, v, &mut self.scratch);
+            if self.scratch == got {
+                return Ok(());
+            }
+        }
+        Err("returned a value that is none of the versions it may hold".into())
+    }
+
+    /// Gets a key no record has, in the records' key range, near record `i`: it must be
+    /// "not found".
+    fn get_missing(&mut self, i: u64) -> BenchResult<()> {
+        self.ctx.s.keys.miss_key_into(i, &mut self.key);
+        let t0 = Instant::now();
+        let got = self
+            .ctx
+            .db
+            .get(&self.key)
+            .map_err(|e| BenchError::new(format!("get of a missing key: {e}")))?;
+        self.rec.record(t0, Instant::now());
+        self.counts.reads += 1;
+        if let Some(v) = got {
+            return Err(wrong(
+                self.engine(),
+                format!(
+                    "get of key {}, which no record has, returned {} bytes",
+                    show_key(&self.key),
+                    v.len()
+                ),
+            ));
+        }
+        self.counts.not_found += 1;
+        self.checked += 1;
+        Ok(())
+    }
+
+    /// YCSB's read-modify-write: a get of record `i`, then a put of its next version, timed as
+    /// one operation (the record's lock is held throughout, so the get's answer is exact).
+    fn read_modify_write(&mut self, i: u64) -> BenchResult<()> {
+        let s = self.ctx.s;
+        let lock = s.expected.lock(i);
+        let old = s.expected.state(i);
+        s.keys.key_into(i, &mut self.key);
+        let t0 = Instant::now();
+        let got = self
+            .ctx
+            .db
+            .get(&self.key)
+            .map_err(|e| BenchError::new(format!("get of record {i}: {e}")))?;
+        // YCSB writes only after a read that found the record.
+        let new = after_put(old);
+        if got.is_some() {
+            s.values.value_into(i, version(new), &mut self.value);
+            self.ctx
+                .db
+                .put(&self.key, &self.value)
+                .map_err(|e| BenchError::new(format!("put of record {i}: {e}")))?;
+        }
+        self.rec.record(t0, Instant::now());
+        if got.is_some() {
+            s.expected.publish(i, old, new);
+            self.user_bytes += (self.key.len() + self.value.len()) as u64;
+        }
+        drop(lock);
+        self.counts.read_modify_writes += 1;
+        self.check_get(i, got.as_deref(), Window::get(old, old, 0, false))
+    }
+
+    /// One seek to record `i`'s key and up to `limit - 1` nexts, timed as one operation; the
+    /// entries are copied out during the scan and checked after it.
+    fn scan(&mut self, i: u64, limit: usize) -> BenchResult<()> {
+        let s = self.ctx.s;
+        let mut start = Vec::with_capacity(s.spec.key_size);
+        s.keys.key_into(i, &mut start);
+        let mut check = ScanCheck::new(self.ctx, start, Some(i));
+        let mut buf: Vec<u8> = Vec::new();
+        let mut ends: Vec<(usize, usize)> = Vec::with_capacity(limit);
+        let t0 = Instant::now();
+        let n = self
+            .ctx
+            .db
+            .scan(&check.start_key, limit, &mut |k, v| {
+                buf.extend_from_slice(k);
+                let ke = buf.len();
+                buf.extend_from_slice(v);
+                ends.push((ke, buf.len()));
+            })
+            .map_err(|e| BenchError::new(format!("scan from record {i}: {e}")))?;
+        self.rec.record(t0, Instant::now());
+        self.counts.scans += 1;
+        self.counts.scanned += n as u64;
+        let mut from = 0;
+        for &(ke, ve) in &ends {
+            check
+                .entry(&buf[from..ke], &buf[ke..ve], &mut self.scratch)
+                .map_err(|why| wrong(self.engine(), why))?;
+            from = ve;
+        }
+        if n != ends.len() || n > limit {
+            return Err(wrong(
+                self.engine(),
+                format!(
+                    "scan said it returned {n} entries, it visited {} (limit {limit})",
+                    ends.len()
+                ),
+            ));
+        }
+        check
+            .finish(n, limit)
+            .map_err(|why| wrong(self.engine(), why))?;
+        self.checked += n as u64;
+        Ok(())
+    }
+
+    /// `readseq`: one iterator from this client's share of the key space reading `count`
+    /// entries (fewer at the end of the data); each entry is an operation, timed from the end
+    /// of the previous one (its check is not timed). Returns the entries read.
+    fn read_seq(&mut self, count: u64) -> BenchResult<u64> {
+        let ctx = self.ctx;
+        let s = ctx.s;
+        let threads = s.spec.threads;
+        let records = s.expected.acked();
+        let start_key = s.keys.split_point(self.t, threads, records);
+        let start = if self.t == 0 {
+            (s.keys.format() == KeyFormat::DbBench).then_some(0)
+        } else {
+            s.keys.index_of(&start_key)
+        };
+        let mut check = ScanCheck::new(ctx, start_key, start);
+        let mut failure: Option<String> = None;
+        let mut n = 0u64;
+        let mut ticks = 0u64;
+        let mut progress = self.progress.take();
+        let key0 = check.start_key.clone();
+        let Client {
+            rec,
+            scratch,
+            counts,
+            ..
+        } = &mut *self;
+        let mut last = Instant::now();
+        let visited = ctx
+            .db
+            .scan(&key0, count as usize, &mut |k, v| {
+                rec.record(last, Instant::now());
+                n += 1;
+                if failure.is_none() {
+                    if let Err(why) = check.entry(k, v, scratch) {
+                        failure = Some(why);
+                    }
+                }
+                ticks += 1;
+                if ticks == 4096 {
+                    let done = ctx.done.fetch_add(ticks, Ordering::Relaxed) + ticks;
+                    ticks = 0;
+                    if let Some(p) = &mut progress {
+                        p.tick(done);
+                    }
+                }
+                last = Instant::now();
+            })
+            .map_err(|e| BenchError::new(format!("sequential read: {e}")))?;
+        counts.scans += 1;
+        counts.scanned += n;
+        if let Some(why) = failure {
+            return Err(wrong(&s.spec.engine, why));
+        }
+        if visited as u64 != n {
+            return Err(wrong(
+                &s.spec.engine,
+                format!("scan said it returned {visited} entries, it visited {n}"),
+            ));
+        }
+        check
+            .finish(visited, count as usize)
+            .map_err(|why| wrong(&s.spec.engine, why))?;
+        // A sequential read of everything must have met every present record.
+        if threads == 1 && (visited as u64) < count && visited as u64 != s.expected.live() {
+            return Err(wrong(
+                &s.spec.engine,
+                format!(
+                    "a scan of the whole key space returned {visited} records, {} are present",
+                    s.expected.live()
+                ),
+            ));
+        }
+        self.checked += n;
+        Ok(n)
+    }
+}
+
+/// Checks the entries of one scan as they come: ascending keys from the start key, each the key
+/// of a record that exists with a value it may hold; with db_bench keys (whose order the bench
+/// knows), no present record skipped.
+struct ScanCheck<'a> {
+    ctx: &'a Ctx<'a>,
+    start_key: Vec<u8>,
+    /// The record whose key is the start key, if any.
+    start: Option<u64>,
+    prev: Vec<u8>,
+    /// db_bench keys: the lowest record the next entry may be.
+    next: u64,
+    /// Records below this were all in the engine when the scan began.
+    acked: u64,
+    writes0: u64,
+    n: usize,
+}
+
+impl<'a> ScanCheck<'a> {
+    fn new(ctx: &'a Ctx<'a>, start_key: Vec<u8>, start: Option<u64>) -> ScanCheck<'a> {
+        let e = ctx.s.expected;
+        ScanCheck {
+            ctx,
+            start_key,
+            start,
+            prev: Vec::new(),
+            next: start.unwrap_or(0),
+            acked: e.acked(),
+            writes0: e.writes(),
+            n: 0,
+        }
+    }
+
+    /// Whether record `k` may be missing from a scan: absent, or inserted during it.
+    fn may_skip(&self, k: u64) -> bool {
+        k >= self.acked || is_absent(self.ctx.s.expected.state(k))
+    }
+
+    fn entry(&mut self, key: &[u8], value: &[u8], scratch: &mut Vec<u8>) -> Result<(), String> {
+        let s = self.ctx.s;
+        let at = || format!("scan from {}, entry {}", show_key(&self.start_key), self.n);
+        if self.n > 0 && key <= self.prev.as_slice() {
+            return Err(format!(
+                "{}: key {} does not come after {}",
+                at(),
+                show_key(key),
+                show_key(&self.prev)
+            ));
+        }
+        if key < self.start_key.as_slice() {
+            return Err(format!(
+                "{}: key {} comes before the start",
+                at(),
+                show_key(key)
+            ));
+        }
+        let j = match s.keys.format() {
+            KeyFormat::DbBench => s.keys.index_of(key),
+            KeyFormat::Ycsb => s.values.decode(value).map(|(j, _)| j),
+        };
+        // db_bench keys were checked whole by `index_of`; a YCSB key must be the one of the
+        // record its value names.
+        let own_key = |j: u64, scratch: &mut Vec<u8>| {
+            s.keys.format() == KeyFormat::DbBench || {
+                s.keys.key_into(j, scratch);
+                scratch.as_slice() == key
+            }
+        };
+        let j = match j {
+            Some(j) if j < s.expected.issued() && own_key(j, scratch) => j,
+            _ => {
+                return Err(format!(
+                    "{}: key {} is no record's key (or its value names another record)",
+                    at(),
+                    show_key(key)
+                ))
+            }
+        };
+        if s.keys.format() == KeyFormat::DbBench {
+            if j < self.next {
+                return Err(format!("{}: record {j} came twice", at()));
+            }
+            if let Some(k) = (self.next..j).find(|&k| !self.may_skip(k)) {
+                return Err(format!(
+                    "{}: record {k} (key {}) is present but the scan skipped it",
+                    at(),
+                    show_key(&s.keys.key(k))
+                ));
+            }
+            self.next = j + 1;
+        } else if self.n == 0 {
+            if let Some(first) = self.start {
+                if j != first && !self.may_skip(first) {
+                    return Err(format!(
+                        "{}: the scan began at record {j}, not at record {first} whose key it \
+                         was given",
+                        at()
+                    ));
+                }
+            }
+        }
+        let window = Window::scan(
+            s.expected.state(j),
+            s.expected.writes() - self.writes0,
+            self.ctx.in_flight,
+        );
+        let values = s.values;
+        let right = |scratch: &mut Vec<u8>| -> bool {
+            if value.len() != values.value_size() {
+                return false;
+            }
+            if let Some((i, v)) = values.decode(value) {
+                values.value_into(i, v, scratch);
+                return i == j && window.contains(v) && scratch.as_slice() == value;
+            }
+            window.versions().any(|v| {
+                values.value_into(j, v, scratch);
+                scratch.as_slice() == value
+            })
+        };
+        if !right(scratch) {
+            return Err(format!(
+                "{}: record {j} (key {}) has a value it does not hold",
+                at(),
+                show_key(key)
+            ));
+        }
+        self.prev.clear();
+        self.prev.extend_from_slice(key);
+        self.n += 1;
+        Ok(())
+    }
+
+    /// After the scan returned `got` of `limit` entries: a scan that stopped short must have
+    /// reached the end of the records (db_bench keys), and one from a present record must
+    /// have returned it.
+    fn finish(&self, got: usize, limit: usize) -> Result<(), String> {
+        if got >= limit {
+            return Ok(());
+        }
+        let at = || format!("scan from {}", show_key(&self.start_key));
+        if self.ctx.s.keys.format() == KeyFormat::DbBench {
+            if let Some(k) = (self.next..self.acked).find(|&k| !self.may_skip(k)) {
+                return Err(format!(
+                    "{}: ended after {got} of {limit} entries, but record {k} comes after them",
+                    at()
+                ));
+            }
+        } else if got == 0 {
+            if let Some(first) = self.start.filter(|&f| !self.may_skip(f)) {
+                return Err(format!(
+                    "{}: returned nothing, but record {first} has that key",
+                    at()
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Least bytes written in a phase for the woods counters to be compared with /proc: below it,
@@ -395,9 +1401,42 @@ fn cross_check(engine: &str, p: &PhaseResult) -> BenchResult<()> {
     Ok(())
 }
 
-fn timed_put(db: &dyn Engine, rec: &mut Recorder, key: &[u8], value: &[u8]) -> BenchResult<()> {
-    let t0 = Instant::now();
-    db.put(key, value)?;
-    rec.record(t0, Instant::now());
-    Ok(())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for w in Workload::ALL {
+            assert_eq!(Workload::from_name(w.name()), Some(w));
+            let json = serde_json::to_string(&w).unwrap();
+            assert_eq!(json, format!("\"{}\"", w.name()));
+        }
+        assert_eq!(Workload::from_name("ycsb-g"), None);
+    }
+
+    #[test]
+    fn shares_cover_everything() {
+        for (total, n) in [(10u64, 3usize), (0, 2), (7, 7), (5, 8)] {
+            let mut next = 0;
+            for t in 0..n {
+                let (lo, hi) = share(total, t, n);
+                assert_eq!(lo, next);
+                next = hi;
+            }
+            assert_eq!(next, total);
+        }
+    }
+
+    #[test]
+    fn ycsb_mixes_add_up() {
+        for w in Workload::ALL {
+            if let Some(m) = w.ycsb_mix() {
+                let sum: f64 = m.iter().map(|c| c.0).sum();
+                assert!((sum - 1.0).abs() < 1e-9, "{}", w.name());
+            }
+        }
+        assert_eq!(Workload::YcsbD.insert_proportion(), 0.05);
+        assert_eq!(Workload::YcsbA.insert_proportion(), 0.0);
+    }
 }

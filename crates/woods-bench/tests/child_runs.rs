@@ -7,7 +7,7 @@ use std::process::Command;
 
 use woods_bench::child::run_in_child;
 use woods_bench::engine::{known_engines, EngineConfig};
-use woods_bench::workload::{EngineResult, RunSpec, Workload};
+use woods_bench::workload::{EngineResult, Phase, RunSpec, Workload};
 
 const RECORDS: u64 = 3000;
 const READS: u64 = 1000;
@@ -57,21 +57,74 @@ fn every_engine_in_a_child() {
                 memory_bytes: 2 << 20,
                 direct_io: true,
             },
-            workloads: vec![
-                Workload::FillRandom,
-                Workload::Overwrite,
-                Workload::ReadRandom,
+            phases: vec![
+                Phase {
+                    workload: Workload::FillRandom,
+                    ops: 0,
+                },
+                Phase {
+                    workload: Workload::Overwrite,
+                    ops: OVERWRITES,
+                },
+                Phase {
+                    workload: Workload::ReadRandom,
+                    ops: READS,
+                },
             ],
             records: RECORDS,
-            reads: READS,
-            overwrites: OVERWRITES,
             key_size: 24,
             value_size: 100,
+            threads: 1,
+            miss_ratio: 0.0,
+            seek_nexts: 10,
+            distribution: None,
             seed: 11,
             progress: false,
         };
         let r = run_in_child(exe(), &[], &spec).unwrap();
         check(&r, &engine);
+    }
+}
+
+#[test]
+fn ycsb_scans_and_deletes_in_children() {
+    let tmp = tempfile::tempdir().unwrap();
+    let phase = |workload, ops| Phase { workload, ops };
+    for engine in known_engines() {
+        let spec = RunSpec {
+            engine: engine.clone(),
+            dir: tmp.path().join(engine.replace(':', "-")),
+            config: EngineConfig {
+                memory_bytes: 2 << 20,
+                direct_io: true,
+            },
+            phases: vec![
+                phase(Workload::YcsbLoad, 0),
+                phase(Workload::YcsbA, 400),
+                phase(Workload::YcsbE, 100),
+                phase(Workload::ReadSeq, 5000),
+                phase(Workload::DeleteRandom, 200),
+                phase(Workload::ReadRandom, 400),
+                phase(Workload::SeekRandom, 50),
+            ],
+            records: 1000,
+            key_size: 24,
+            value_size: 100,
+            threads: 2,
+            miss_ratio: 0.2,
+            seek_nexts: 5,
+            distribution: None,
+            seed: 4,
+            progress: false,
+        };
+        let r = run_in_child(exe(), &[], &spec).unwrap_or_else(|e| panic!("{engine}: {e}"));
+        let e = r.phase(Workload::YcsbE).unwrap();
+        assert_eq!(e.checked, e.mix.scanned, "{engine}");
+        assert!(e.mix.scanned > e.mix.scans, "{engine}");
+        let read = r.phase(Workload::ReadRandom).unwrap();
+        assert_eq!(read.checked, 400, "{engine}");
+        assert!(read.mix.not_found >= 80, "{engine}: {:?}", read.mix);
+        assert_eq!(r.phases.len(), 7);
     }
 }
 
@@ -102,7 +155,8 @@ fn the_binary_writes_a_table_and_json() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("load ops/s"), "{stdout}");
+    assert!(stdout.contains("ops/s"), "{stdout}");
+    assert!(stdout.contains("fillrandom"), "{stdout}");
     assert!(stdout.contains("ratio to woods:btree"), "{stdout}");
     assert!(!stdout.contains("SMOKE RUN"));
     let rep: woods_bench::cli::BenchReport =
