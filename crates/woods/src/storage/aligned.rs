@@ -6,6 +6,37 @@ use std::ptr::NonNull;
 
 const ALIGN: usize = 4096;
 
+/// Single-page buffers come from a pool carved out of `POOL_CHUNK` pages at a time: the
+/// allocator rounds every 4096-aligned 4 KiB allocation up to nearly twice that, so a cache
+/// of single pages would hold about twice its budget in resident memory. Pooled pages are
+/// reused, never returned to the system: the pool holds at most the largest number of
+/// single-page buffers alive at once (the cache's frames and the reads in flight).
+const POOL_CHUNK: usize = 64;
+
+/// Free pooled pages (addresses).
+static POOL: parking_lot::Mutex<Vec<usize>> = parking_lot::const_mutex(Vec::new());
+
+fn take_page() -> NonNull<u8> {
+    if let Some(addr) = POOL.lock().pop() {
+        let ptr = addr as *mut u8;
+        // SAFETY: a pooled page is ALIGN bytes owned by the pool, now by the caller.
+        unsafe { std::ptr::write_bytes(ptr, 0, ALIGN) };
+        // SAFETY: pooled addresses come from a non-null allocation.
+        return unsafe { NonNull::new_unchecked(ptr) };
+    }
+    let layout = Layout::from_size_align(ALIGN * POOL_CHUNK, ALIGN).expect("page pool layout");
+    // SAFETY: layout has non-zero size.
+    let raw = unsafe { alloc_zeroed(layout) };
+    let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+    let mut pool = POOL.lock();
+    pool.extend((1..POOL_CHUNK).map(|i| raw as usize + i * ALIGN));
+    ptr
+}
+
+fn give_page(ptr: NonNull<u8>) {
+    POOL.lock().push(ptr.as_ptr() as usize);
+}
+
 /// A zero-initialised byte buffer whose start is 4096-byte aligned.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -25,6 +56,12 @@ impl AlignedBuf {
             return AlignedBuf {
                 ptr: NonNull::dangling(),
                 len: 0,
+            };
+        }
+        if len == ALIGN {
+            return AlignedBuf {
+                ptr: take_page(),
+                len,
             };
         }
         let layout = Self::layout(len);
@@ -50,7 +87,9 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.len == ALIGN {
+            give_page(self.ptr);
+        } else if self.len > 0 {
             // SAFETY: allocated in `zeroed` with the same layout.
             unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
         }
@@ -69,5 +108,31 @@ impl DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: ptr is valid for len bytes and uniquely owned.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pooled_pages_come_back_zeroed_and_aligned() {
+        let mut pages: Vec<AlignedBuf> = (0..3 * POOL_CHUNK)
+            .map(|_| AlignedBuf::zeroed(ALIGN))
+            .collect();
+        for p in &mut pages {
+            assert_eq!(p.as_ptr() as usize % ALIGN, 0);
+            p.fill(0xAB);
+        }
+        drop(pages);
+        for _ in 0..3 * POOL_CHUNK {
+            let p = AlignedBuf::zeroed(ALIGN);
+            assert_eq!(p.len(), ALIGN);
+            assert_eq!(p.as_ptr() as usize % ALIGN, 0);
+            assert!(p.iter().all(|&b| b == 0), "a reused page was not zeroed");
+        }
+        let big = AlignedBuf::from_slice(&[7u8; 3 * ALIGN]);
+        assert_eq!(big.as_ptr() as usize % ALIGN, 0);
+        assert!(big.iter().all(|&b| b == 7));
     }
 }
