@@ -77,13 +77,16 @@ reads, a budget of 1/8 of the data), about a minute: it shows the instrument wor
 result.
 
 Engines: woods:btree, woods:lsm (every woods index kind), and with the `peers` cargo feature \
-rocksdb (Debian's librocksdb 7.8.3, see docs/benchmarks.md for every setting).";
+rocksdb (Debian's librocksdb 7.8.3), leveldb (Debian's libleveldb 1.23, C API), lmdb (heed), \
+fjall and redb; docs/benchmarks.md lists every setting. Only woods and RocksDB do direct I/O: \
+the others read through the OS page cache (direct = no, cache-assisted).";
 
 /// Arguments of `woods bench`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct BenchArgs {
-    /// Engines to run, comma-separated; the first is the baseline of the ratios [default: every
-    /// woods index kind].
+    /// Engines to run, comma-separated: woods:KIND for a woods index kind, and with the `peers`
+    /// feature rocksdb, leveldb, lmdb, fjall, redb; the first is the baseline of the ratios
+    /// [default: every woods index kind].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub engines: Vec<String>,
     /// Workloads to run, in order, comma-separated; `NAME:OPS` gives one its own operation

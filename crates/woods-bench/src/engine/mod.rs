@@ -1,5 +1,6 @@
 //! The adapter trait every benchmarked engine implements, and the registry that opens one by
-//! its command-line name (`woods:btree`, `woods:lsm`, `rocksdb`).
+//! its command-line name (`woods:btree`, `woods:lsm`, and with the `peers` feature `rocksdb`,
+//! `leveldb`, `lmdb`, `fjall`, `redb`).
 
 use std::fmt;
 use std::path::Path;
@@ -7,8 +8,19 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "peers")]
+pub mod fjall;
+#[cfg(feature = "peers")]
+pub mod leveldb;
+#[cfg(feature = "peers")]
+pub mod lmdb;
+#[cfg(feature = "peers")]
+pub mod redb;
+#[cfg(feature = "peers")]
 pub mod rocksdb;
 pub mod woods;
+
+/// The peer engines (cargo feature `peers`) by command-line name, in the order they are listed.
+pub const PEER_ENGINES: [&str; 5] = ["rocksdb", "leveldb", "lmdb", "fjall", "redb"];
 
 /// What failed in an engine or a workload.
 #[derive(Debug)]
@@ -121,7 +133,7 @@ pub fn known_engines() -> Vec<String> {
         .map(|k| format!("woods:{}", k.name()))
         .collect();
     if cfg!(feature = "peers") {
-        names.push("rocksdb".into());
+        names.extend(PEER_ENGINES.iter().map(|n| n.to_string()));
     }
     names
 }
@@ -139,7 +151,7 @@ pub fn check_name(name: &str) -> BenchResult<()> {
     if known_engines().iter().any(|n| n == name) {
         return Ok(());
     }
-    let hint = if name == "rocksdb" {
+    let hint = if PEER_ENGINES.contains(&name) {
         " (this build has no peer engines: build with `--features peers` after \
          scripts/install-peers.sh)"
     } else {
@@ -158,8 +170,13 @@ pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<Box<dyn E
         return Ok(Box::new(woods::WoodsEngine::open(kind, dir, cfg)?));
     }
     #[cfg(feature = "peers")]
-    if name == "rocksdb" {
-        return Ok(Box::new(rocksdb::RocksDbEngine::open(dir, cfg)?));
+    match name {
+        "rocksdb" => return Ok(Box::new(rocksdb::RocksDbEngine::open(dir, cfg)?)),
+        "leveldb" => return Ok(Box::new(leveldb::LevelDbEngine::open(dir, cfg)?)),
+        "lmdb" => return Ok(Box::new(lmdb::LmdbEngine::open(dir, cfg)?)),
+        "fjall" => return Ok(Box::new(fjall::FjallEngine::open(dir, cfg)?)),
+        "redb" => return Ok(Box::new(redb::RedbEngine::open(dir, cfg)?)),
+        _ => {}
     }
     Err(BenchError::new(format!("no adapter for engine {name:?}")))
 }

@@ -1,0 +1,205 @@
+//! The same small scenario against every peer adapter (feature `peers`), as the conformance
+//! suite does for woods' index kinds: puts, overwrites and deletes from several threads, gets
+//! and scans checked against a model, drain and close, then a reopen that must see the same
+//! data. A tiny run through the bench's child process is in `child_runs.rs`, which runs every
+//! engine this build knows.
+#![cfg(feature = "peers")]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::thread;
+
+use woods_bench::engine::{self, known_engines, Engine, EngineConfig, PEER_ENGINES};
+
+const KEYS: u64 = 2000;
+const THREADS: u64 = 2;
+
+fn key(i: u64) -> Vec<u8> {
+    // 24 bytes like the bench's keys, ordered differently from i.
+    let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes();
+    [h, h, h].concat()
+}
+
+fn value(i: u64, round: u8) -> Vec<u8> {
+    (0..100).map(|b| (i as u8) ^ b ^ round).collect()
+}
+
+fn cfg() -> EngineConfig {
+    EngineConfig {
+        memory_bytes: 2 << 20,
+        direct_io: true,
+    }
+}
+
+/// The model after the scenario: every key written, odd keys overwritten, every tenth deleted.
+fn expected() -> BTreeMap<Vec<u8>, Vec<u8>> {
+    (0..KEYS)
+        .filter(|i| i % 10 != 0)
+        .map(|i| (key(i), value(i, u8::from(i % 2 == 1))))
+        .collect()
+}
+
+fn write_scenario(db: &dyn Engine) {
+    // Two client threads on one shared engine, as with --threads 2.
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            s.spawn(move || {
+                for i in (t..KEYS).step_by(THREADS as usize) {
+                    db.put(&key(i), &value(i, 0)).unwrap();
+                }
+                for i in (t..KEYS).step_by(THREADS as usize) {
+                    if i % 2 == 1 {
+                        db.put(&key(i), &value(i, 1)).unwrap();
+                    }
+                    if i % 10 == 0 {
+                        db.delete(&key(i)).unwrap();
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn check_reads(name: &str, db: &dyn Engine, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    for i in 0..KEYS {
+        let got = db.get(&key(i)).unwrap();
+        assert_eq!(got.as_ref(), model.get(&key(i)), "{name}: get of key {i}");
+    }
+    assert_eq!(db.get(b"absent").unwrap(), None, "{name}: absent key");
+
+    // Whole data set from the first key.
+    let mut seen = Vec::new();
+    let n = db
+        .scan(&[], usize::MAX, &mut |k, v| {
+            seen.push((k.to_vec(), v.to_vec()))
+        })
+        .unwrap();
+    assert_eq!(n, model.len(), "{name}: full scan count");
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(seen, want, "{name}: full scan in key order");
+
+    // A seek to an existing key, one to a deleted key, a limit, and a seek past the end.
+    let keys: Vec<&Vec<u8>> = model.keys().collect();
+    let mut got = Vec::new();
+    let n = db
+        .scan(keys[100], 7, &mut |k, _| got.push(k.to_vec()))
+        .unwrap();
+    assert_eq!(n, 7, "{name}: limit");
+    let want: Vec<Vec<u8>> = keys[100..107].iter().map(|k| k.to_vec()).collect();
+    assert_eq!(got, want, "{name}: seek to a key");
+    let deleted = key(10);
+    let first_after = model
+        .range(deleted.clone()..)
+        .next()
+        .map(|(k, _)| k.clone());
+    let mut got = Vec::new();
+    db.scan(&deleted, 1, &mut |k, _| got.push(k.to_vec()))
+        .unwrap();
+    assert_eq!(
+        got.first().cloned(),
+        first_after,
+        "{name}: seek to a deleted key"
+    );
+    assert_eq!(
+        db.scan(&[0xff; 32], 5, &mut |_, _| {}).unwrap(),
+        0,
+        "{name}: past the end"
+    );
+    assert_eq!(
+        db.scan(&[], 0, &mut |_, _| {}).unwrap(),
+        0,
+        "{name}: limit 0"
+    );
+}
+
+fn run(name: &str, dir: &Path) {
+    let model = expected();
+    let mut db = engine::open(name, dir, &cfg()).unwrap();
+    assert_eq!(db.name(), name);
+    assert!(
+        !db.direct_io() || name == "rocksdb",
+        "{name}: only RocksDB has direct I/O"
+    );
+    write_scenario(db.as_ref());
+    check_reads(name, db.as_ref(), &model);
+    db.drain().unwrap();
+    let own = db.counters();
+    if let (Some(all), Some(wal)) = (own.written, own.wal_written) {
+        assert!(wal <= all, "{name}: WAL bytes within all written bytes");
+    }
+    if let Some(wal) = own.wal_written {
+        if name == "leveldb" {
+            // Every put and delete went through the log: at least its payload.
+            assert!(wal >= (KEYS + KEYS / 2) * 124, "{name}: WAL bytes {wal}");
+        }
+    }
+    db.close().unwrap();
+
+    // Reopened (the way every bench phase starts), the data is all there.
+    let db = engine::open(name, dir, &cfg()).unwrap();
+    check_reads(name, db.as_ref(), &model);
+    db.close().unwrap();
+}
+
+#[test]
+fn every_peer_is_registered() {
+    let known = known_engines();
+    for p in PEER_ENGINES {
+        assert!(known.iter().any(|k| k == p), "{p} missing from {known:?}");
+        engine::check_name(p).unwrap();
+    }
+}
+
+#[test]
+fn rocksdb_passes_the_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    run("rocksdb", tmp.path());
+}
+
+#[test]
+fn leveldb_passes_the_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    run("leveldb", tmp.path());
+}
+
+#[test]
+fn lmdb_passes_the_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    run("lmdb", tmp.path());
+}
+
+#[test]
+fn fjall_passes_the_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    run("fjall", tmp.path());
+}
+
+#[test]
+fn redb_passes_the_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    run("redb", tmp.path());
+}
+
+#[test]
+fn leveldb_drain_leaves_no_compaction_pending() {
+    // Enough data for several memtables and a level-0 compaction with a 2 MiB budget.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut db = engine::open("leveldb", tmp.path(), &cfg()).unwrap();
+    for i in 0..40_000 {
+        db.put(&key(i), &value(i, 0)).unwrap();
+    }
+    db.drain().unwrap();
+    db.close().unwrap();
+    // After the drain the memtable is in a table: no log holds data that a reopen would have
+    // to flush (and count against the next phase).
+    let logs: u64 = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert_eq!(
+        logs, 0,
+        "the drain flushed the memtable; the current log is empty"
+    );
+}
