@@ -398,7 +398,12 @@ fn run_parent(
     let _ = write!(out, "{}", report::table(&results));
     if results
         .iter()
-        .any(|r| r.phases.iter().any(|p| p.proc_written == Some(0)))
+        // Only phases that wrote: LMDB, redb and LevelDB write nothing at all while reading.
+        .any(|r| {
+            r.phases
+                .iter()
+                .any(|p| p.user_bytes > 0 && p.proc_written == Some(0))
+        })
     {
         let _ = writeln!(
             out,
