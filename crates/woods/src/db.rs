@@ -794,9 +794,11 @@ impl Inner {
         if gone.is_empty() {
             return Ok(());
         }
-        if self.wal.is_some() {
+        if let Some(wal) = &self.wal {
             for mem in &gone {
                 if mem.wal_number() != 0 {
+                    // Durable in the index: no later sync needs to cover its log file.
+                    wal.retire(mem.wal_number());
                     let p = wal::wal_file_path(&self.dir, mem.wal_number());
                     if self.fs.exists(&p) {
                         let r = self.fs.remove(&p);

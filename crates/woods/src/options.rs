@@ -37,7 +37,10 @@ pub struct LsmParams {
     pub table_bytes: u64,
     /// Size ratio between adjacent levels (LevelDB: 10).
     pub size_ratio: u64,
-    /// Total size of level 1 (LevelDB: 10 MiB).
+    /// Total size of level 1. 0 (the default) sizes it as L0 at its compaction trigger,
+    /// `l0_compaction_trigger * memtable_bytes`, and at least LevelDB's 10 MiB: LevelDB's fixed
+    /// 10 MiB suits its 4 MiB write buffer, and with larger memtables a small L1 only adds
+    /// levels, and write amplification, to the tree (RocksDB sizes its L1 the same way).
     pub level1_bytes: u64,
     /// Level-0 file count that triggers a compaction (LevelDB: 4).
     pub l0_compaction_trigger: u32,
@@ -49,12 +52,25 @@ pub struct LsmParams {
     pub bloom_bits_per_key: u32,
 }
 
+impl LsmParams {
+    /// The size of level 1 for a Db whose memtables hold `memtable_bytes`.
+    pub fn level1_bytes_for(&self, memtable_bytes: u64) -> u64 {
+        if self.level1_bytes != 0 {
+            return self.level1_bytes;
+        }
+        u64::from(self.l0_compaction_trigger)
+            .saturating_mul(memtable_bytes)
+            .max(10 << 20)
+            .max(self.table_bytes)
+    }
+}
+
 impl Default for LsmParams {
     fn default() -> Self {
         LsmParams {
             table_bytes: 2 << 20,
             size_ratio: 10,
-            level1_bytes: 10 << 20,
+            level1_bytes: 0,
             l0_compaction_trigger: 4,
             l0_slowdown: 8,
             l0_stop: 12,
@@ -117,7 +133,7 @@ impl IndexKind {
                 if p.size_ratio < 2 {
                     return Err(Error::InvalidOption("lsm size_ratio below 2".into()));
                 }
-                if p.level1_bytes < p.table_bytes {
+                if p.level1_bytes != 0 && p.level1_bytes < p.table_bytes {
                     return Err(Error::InvalidOption(
                         "lsm level1_bytes below table_bytes".into(),
                     ));

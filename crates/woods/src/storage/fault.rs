@@ -135,6 +135,26 @@ impl FaultFs {
         s.failed = false;
     }
 
+    /// A power cut after which the file at `keep` (if its name was durable) holds everything
+    /// written to it, synced or not, as when the OS happened to write back a newer file and not
+    /// an older one; everything else is as after [`power_cut`](FaultFs::power_cut).
+    pub fn power_cut_keeping(&self, keep: &Path) {
+        let kept = {
+            let s = self.state.lock();
+            s.dir_durable
+                .get(keep)
+                .and_then(|id| s.files.get(id).map(|f| (*id, f.current.clone())))
+        };
+        self.power_cut();
+        if let Some((id, data)) = kept {
+            let mut s = self.state.lock();
+            if let Some(f) = s.files.get_mut(&id) {
+                f.current = data.clone();
+                f.durable = data;
+            }
+        }
+    }
+
     /// The process is killed: written data stays (the OS has it), every handle is dead.
     pub fn kill_process(&self) {
         let mut s = self.state.lock();

@@ -9,9 +9,16 @@
 //! Recovery ([`replay`]) yields a prefix of what was appended: it stops at the first record that
 //! is short, fails its checksum or has an impossible length, and returns nothing after it, in
 //! that file or any later one. Three rules of the writer keep that prefix the right one:
-//! a new file's name is made durable (directory sync) before any record goes into it; a
-//! rotation syncs the old file before the new one takes records; and after any failed write or
-//! sync the writer is poisoned, so no record is ever written after a hole.
+//! a new file's name is made durable (directory sync) before any record goes into it; a sync
+//! ([`WalWriter::sync_to`]) first syncs every older file a rotation left unsynced, then the live
+//! one; and after any failed write or sync the writer is poisoned, so no record is ever written
+//! after a hole.
+//!
+//! A rotation does not sync the old file: its records usually reach the index (and the file is
+//! deleted) before the OS writes them back, so without a `Sync` write the log costs the device
+//! nothing, as RocksDB's does. A power cut may then keep records of a newer file while an older
+//! file lost its tail; framing cannot see such a gap at a file boundary, so the consumer checks
+//! that records continue each other (the Db: batch sequence numbers) and stops at the first gap.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -120,6 +127,8 @@ struct Current {
     file_off: u64,
     /// Log position (bytes of records appended by this writer) after the last record.
     pos: u64,
+    /// Older files rotated away and not yet synced, oldest first.
+    unsynced: Vec<(u64, Arc<dyn File>)>,
 }
 
 /// Appends records to the live WAL file and makes them durable in groups.
@@ -193,6 +202,7 @@ impl WalWriter {
                 number,
                 file_off: WAL_HEADER_LEN as u64,
                 pos: 0,
+                unsynced: Vec::new(),
             }),
             sync_state: Mutex::new(false),
             sync_done: Condvar::new(),
@@ -284,46 +294,59 @@ impl WalWriter {
         }
         *syncing = true;
         drop(syncing);
-        // Which file, and how far, this fsync covers: what was appended before it starts.
-        let (file, upto) = {
+        // Which files, and how far, this sync covers: what was appended before it starts. Older
+        // files a rotation left unsynced go first, so a durable record never follows a lost one.
+        let (older, file, upto) = {
             let cur = self.current.lock();
-            (cur.file.clone(), cur.pos)
+            (cur.unsynced.clone(), cur.file.clone(), cur.pos)
         };
-        let result = match file.sync() {
-            Ok(()) => {
-                self.counters.record_sync();
-                self.synced.fetch_max(upto, Ordering::AcqRel);
-                Ok(())
+        let mut result = Ok(());
+        for f in older.iter().map(|(_, f)| f).chain(std::iter::once(&file)) {
+            match f.sync() {
+                Ok(()) => self.counters.record_sync(),
+                Err(e) => {
+                    result = Err(self.poison(e));
+                    break;
+                }
             }
-            Err(e) => Err(self.poison(e)),
-        };
+        }
+        if result.is_ok() {
+            self.synced.fetch_max(upto, Ordering::AcqRel);
+            self.current
+                .lock()
+                .unsynced
+                .retain(|(n, _)| !older.iter().any(|(m, _)| m == n));
+        }
         *self.sync_state.lock() = false;
         self.sync_done.notify_all();
         result
     }
 
-    /// Syncs the live file, then switches to a new file `new_number` (created as by
-    /// [`create`](WalWriter::create)). Syncing first keeps recovery's prefix rule: after a power
-    /// cut the old file is never shorter while the new one holds records.
+    /// Switches to a new file `new_number` (created as by [`create`](WalWriter::create)). The old
+    /// file is not synced here: the next [`sync_to`](WalWriter::sync_to) syncs it before the
+    /// live file, unless [`retire`](WalWriter::retire) says its records are durable elsewhere.
     pub fn rotate(&self, new_number: u64) -> Result<()> {
         self.check_poisoned()?;
         let mut cur = self.current.lock();
         self.check_poisoned()?;
-        if let Err(e) = cur.file.sync() {
-            return Err(self.poison(e));
-        }
-        self.counters.record_sync();
         let file = match create_file(self.fs.as_ref(), &self.dir, new_number, &self.counters) {
             Ok(f) => f,
             Err(e) => return Err(self.poison(e)),
         };
         self.bytes_written
             .fetch_add(WAL_HEADER_LEN as u64, Ordering::Relaxed);
-        self.synced.fetch_max(cur.pos, Ordering::AcqRel);
-        cur.file = file;
+        let old = std::mem::replace(&mut cur.file, file);
+        let old_number = cur.number;
+        cur.unsynced.push((old_number, old));
         cur.number = new_number;
         cur.file_off = WAL_HEADER_LEN as u64;
         Ok(())
+    }
+
+    /// Forgets older file `number`: its records are durable elsewhere (the index holds its
+    /// memtable) and the file is being deleted, so no sync needs to cover it.
+    pub fn retire(&self, number: u64) {
+        self.current.lock().unsynced.retain(|(n, _)| *n != number);
     }
 
     /// The number of the live WAL file.

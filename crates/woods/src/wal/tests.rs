@@ -208,12 +208,49 @@ fn wal_rotation_keeps_order_and_prefix_across_files() {
         }
     }
     assert_eq!(list_wal_files(&fs, &dir()).unwrap(), vec![4, 5, 6, 7]);
-    // Unsynced records in the last file are lost to a power cut; everything rotated away is kept.
+    // Rotation syncs nothing: a power cut now loses every record (the files themselves stay).
+    let fs_cut = fs.clone();
+    fs_cut.power_cut();
+    let r = replay(&fs_cut, &dir(), &counters).unwrap();
+    assert!(
+        r.records.is_empty(),
+        "{} unsynced records survived",
+        r.records.len()
+    );
+    assert_eq!(r.files, vec![4, 5, 6, 7]);
+}
+
+#[test]
+fn wal_sync_covers_files_rotated_away_first() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 4, &counters);
+    let mut pos = 0;
+    for (n, file) in (4..8).enumerate() {
+        for i in 0..7 {
+            pos = w.append(&payload(n * 7 + i)).unwrap();
+        }
+        if file < 7 {
+            w.rotate(file + 1).unwrap();
+        }
+    }
+    let syncs = counters.snapshot().syncs;
+    w.sync_to(pos).unwrap();
+    // The three files rotated away, then the live one.
+    assert_eq!(counters.snapshot().syncs - syncs, 4);
     fs.power_cut();
     let r = replay(&fs, &dir(), &counters).unwrap();
-    assert_eq!(r.records, (0..21).map(payload).collect::<Vec<_>>());
-    assert_eq!(r.files, vec![4, 5, 6, 7]);
+    assert_eq!(r.records, (0..28).map(payload).collect::<Vec<_>>());
     assert!(!r.torn);
+    // A retired file (its records durable elsewhere) is not synced again.
+    let w = writer(&fs, 8, &counters);
+    let p = w.append(b"x").unwrap();
+    w.rotate(9).unwrap();
+    w.retire(8);
+    let q = w.append(b"y").unwrap();
+    assert!(q > p);
+    let syncs = counters.snapshot().syncs;
+    w.sync_to(q).unwrap();
+    assert_eq!(counters.snapshot().syncs - syncs, 1);
 }
 
 #[test]

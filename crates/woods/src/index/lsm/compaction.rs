@@ -67,11 +67,11 @@ pub struct Leveled {
 }
 
 impl Leveled {
-    /// The policy for a tree's parameters.
-    pub fn new(p: &LsmParams) -> Leveled {
+    /// The policy for a tree's parameters and the Db's memtable size.
+    pub fn new(p: &LsmParams, memtable_bytes: u64) -> Leveled {
         Leveled {
             table_bytes: p.table_bytes,
-            level1_bytes: p.level1_bytes,
+            level1_bytes: p.level1_bytes_for(memtable_bytes),
             size_ratio: p.size_ratio,
             l0_trigger: p.l0_compaction_trigger.max(1),
         }

@@ -2,7 +2,8 @@
 //!
 //! A frozen memtable becomes one level-0 table (L0 tables may overlap, searched newest first).
 //! Levels 1..6 hold non-overlapping tables of about `table_bytes`, level L at most
-//! `level1_bytes * size_ratio^(L-1)` bytes. The level with the highest score (L0: tables ÷
+//! `level1_bytes * size_ratio^(L-1)` bytes (`level1_bytes` 0, the default: the bytes of L0 at
+//! its compaction trigger, `l0_compaction_trigger * memtable_bytes`, at least LevelDB's 10 MiB). The level with the highest score (L0: tables ÷
 //! trigger; deeper: bytes ÷ max bytes) at or above 1 is compacted one table at a time into the
 //! next level, or moved there by metadata when nothing overlaps (see [`compaction`]). Every
 //! change is committed through the manifest after the page store is synced, then published as
@@ -98,7 +99,7 @@ impl Lsm {
             (state, open_version(&ctx.store, levels)?)
         };
         Ok(Lsm {
-            policy: Leveled::new(&params),
+            policy: Leveled::new(&params, ctx.memtable_bytes),
             ctx,
             params,
             current: RwLock::new(Arc::new(version)),
