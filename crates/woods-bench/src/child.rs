@@ -1,36 +1,132 @@
 //! Each engine runs in a child process of its own, so that its `/proc` I/O counters, CPU time
 //! and peak memory are its own. The parent re-executes its own binary with `--child SPEC`
-//! (the [`RunSpec`] as JSON); the child runs the workloads and prints one line of JSON, the
-//! [`EngineResult`], on stdout. Progress goes to stderr, which the child shares with the parent.
+//! (the [`RunSpec`] as JSON) and `--child-setup SETUP` (a [`ChildSetup`]); the child runs the
+//! workloads and prints one line of JSON, the [`EngineResult`], on stdout. Progress goes to
+//! stderr, which the child shares with the parent.
+//!
+//! With a memory cgroup, the child waits for a `go` line on its stdin before it does anything,
+//! and the parent writes it once it has moved the child into the group: everything the engine
+//! allocates or brings into the page cache is then charged to the group.
 
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{BufRead, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::{self, CgroupHandle, MemoryCgroup};
 use crate::engine::{BenchError, BenchResult};
-use crate::workload::{self, EngineResult, RunSpec};
+use crate::report;
+use crate::workload::{self, EngineResult, Phase, PhaseHooks, PhaseResult, RunSpec};
 
 /// The argument that puts the bench into child mode.
 pub const CHILD_FLAG: &str = "--child";
+/// The argument that passes the child its [`ChildSetup`].
+pub const SETUP_FLAG: &str = "--child-setup";
+/// The line the parent writes on a waiting child's stdin once the child is in its cgroup.
+pub const GO: &str = "go";
+
+/// What the parent arranges around a child besides its spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildSetup {
+    /// Wait for a [`GO`] line on stdin before running (the parent moves the child into its
+    /// memory cgroup first).
+    pub wait_for_go: bool,
+    /// Write dirty pages and drop the OS page cache before each phase (when no cgroup bounds
+    /// the page cache, so that each phase at least starts without the engine's data cached).
+    pub drop_caches: bool,
+    /// The child's memory cgroup, whose peak it reads after each phase.
+    pub cgroup: Option<CgroupHandle>,
+}
 
 /// Runs `spec` in a child: `exe PREFIX... --child JSON`. `prefix` is what the binary needs
 /// before the bench's own arguments (`["bench"]` for `woods`, nothing for `woods-bench`).
 pub fn run_in_child(exe: &Path, prefix: &[OsString], spec: &RunSpec) -> BenchResult<EngineResult> {
+    run_in_child_with(exe, prefix, spec, &ChildSetup::default(), None)
+}
+
+/// Like [`run_in_child`], with the setup and, where there is one, the memory cgroup the child
+/// runs in: the child is moved into it before it starts (`setup.wait_for_go` must then be set),
+/// and a child the OOM killer killed there is reported as such.
+pub fn run_in_child_with(
+    exe: &Path,
+    prefix: &[OsString],
+    spec: &RunSpec,
+    setup: &ChildSetup,
+    cgroup: Option<&MemoryCgroup>,
+) -> BenchResult<EngineResult> {
+    if cgroup.is_some() && !setup.wait_for_go {
+        return Err(BenchError::new(
+            "a child in a cgroup must wait to be moved there",
+        ));
+    }
     let json = serde_json::to_string(spec).map_err(|e| BenchError::new(e.to_string()))?;
-    let out = Command::new(exe)
+    let setup_json = serde_json::to_string(setup).map_err(|e| BenchError::new(e.to_string()))?;
+    let mut child = Command::new(exe)
         .args(prefix)
         .arg(CHILD_FLAG)
         .arg(json)
-        .stdin(Stdio::null())
+        .arg(SETUP_FLAG)
+        .arg(setup_json)
+        .stdin(if setup.wait_for_go {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .output()
+        .spawn()
         .map_err(|e| BenchError::new(format!("starting {}: {e}", exe.display())))?;
+    if let Some(g) = cgroup {
+        if let Err(e) = g.add(child.id()) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(BenchError::new(format!(
+                "cannot move engine {}'s process into {}: {e}",
+                spec.engine,
+                g.dir().display()
+            )));
+        }
+    }
+    if let Some(mut stdin) = child.stdin.take() {
+        // A child that died already shows in its status below.
+        let _ = writeln!(stdin, "{GO}");
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| BenchError::new(format!("waiting for engine {}: {e}", spec.engine)))?;
     if !out.status.success() {
+        if let Some(g) = cgroup.filter(|g| g.oom_kills().unwrap_or(0) > 0) {
+            let budget = spec.config.memory_bytes;
+            return Err(BenchError::new(format!(
+                "engine {} was OOM-KILLED in its memory cgroup ({}): it needed more than the \
+                 limit of {} (budget {} + allowance {} for the bench and the engine's fixed \
+                 costs); peak {}",
+                spec.engine,
+                g.version().enforcement().name(),
+                report::bytes(g.limit_bytes() as f64),
+                report::bytes(budget as f64),
+                report::bytes(g.limit_bytes().saturating_sub(budget) as f64),
+                g.peak_bytes()
+                    .map_or("unknown".into(), |p| report::bytes(p as f64)),
+            )));
+        }
+        let why = match out.status.signal() {
+            Some(s) => format!(
+                "killed by signal {s}{}",
+                if s == libc::SIGKILL {
+                    " (SIGKILL: not by the bench's memory cgroup; the system's OOM killer?)"
+                } else {
+                    ""
+                }
+            ),
+            None => format!("{}; its error is above", out.status),
+        };
         return Err(BenchError::new(format!(
-            "engine {} failed ({}); its error is above",
-            spec.engine, out.status
+            "engine {} failed: {why}",
+            spec.engine
         )));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -52,12 +148,41 @@ pub fn run_in_child(exe: &Path, prefix: &[OsString], spec: &RunSpec) -> BenchRes
     })
 }
 
+/// The child's work around each phase, from its setup.
+struct ChildHooks<'a>(&'a ChildSetup);
+
+impl PhaseHooks for ChildHooks<'_> {
+    fn before_phase(&self, phase: &Phase) -> BenchResult<()> {
+        if self.0.drop_caches {
+            cgroup::drop_page_cache().map_err(|e| {
+                BenchError::new(format!(
+                    "dropping the page cache before {}: {e}",
+                    phase.workload.name()
+                ))
+            })?;
+        }
+        if let Some(g) = &self.0.cgroup {
+            g.reset_peak();
+        }
+        Ok(())
+    }
+
+    fn after_phase(&self, r: &mut PhaseResult) {
+        r.memory_peak_bytes = self.0.cgroup.as_ref().and_then(|g| g.peak_bytes());
+    }
+}
+
 /// Child mode: runs the spec given as JSON and prints the result line. Returns the process
 /// exit status (0, or 3 after printing the error on stderr).
-pub fn child_main(spec_json: &str) -> u8 {
-    let result = serde_json::from_str::<RunSpec>(spec_json)
-        .map_err(|e| BenchError::new(format!("bad child spec: {e}")))
-        .and_then(|spec| workload::run(&spec));
+pub fn child_main(spec_json: &str, setup_json: Option<&str>) -> u8 {
+    let result = child_setup(setup_json).and_then(|setup| {
+        let spec = serde_json::from_str::<RunSpec>(spec_json)
+            .map_err(|e| BenchError::new(format!("bad child spec: {e}")))?;
+        if setup.wait_for_go {
+            wait_for_go()?;
+        }
+        workload::run_hooked(&spec, &ChildHooks(&setup))
+    });
     match result.and_then(|r| serde_json::to_string(&r).map_err(|e| BenchError(e.to_string()))) {
         Ok(line) => {
             let mut out = std::io::stdout().lock();
@@ -71,4 +196,28 @@ pub fn child_main(spec_json: &str) -> u8 {
             3
         }
     }
+}
+
+fn child_setup(json: Option<&str>) -> BenchResult<ChildSetup> {
+    match json {
+        None => Ok(ChildSetup::default()),
+        Some(j) => {
+            serde_json::from_str(j).map_err(|e| BenchError::new(format!("bad child setup: {e}")))
+        }
+    }
+}
+
+/// Blocks until the parent writes [`GO`] on stdin.
+fn wait_for_go() -> BenchResult<()> {
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| BenchError::new(format!("reading the go-ahead on stdin: {e}")))?;
+    if line.trim() != GO {
+        return Err(BenchError::new(format!(
+            "the parent did not give the go-ahead (stdin: {line:?})"
+        )));
+    }
+    Ok(())
 }

@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
-use crate::child::{child_main, run_in_child};
+use crate::cgroup::{self, CgroupParent, Enforcement};
+use crate::child::{child_main, run_in_child_with, ChildSetup};
 use crate::engine::{self, EngineConfig};
+use crate::machine::{self, Machine};
+use crate::output;
 use crate::report;
 use crate::workload::{Distribution, EngineResult, Phase, RunSpec, Workload};
 
@@ -17,6 +20,16 @@ use crate::workload::{Distribution, EngineResult, Phase, RunSpec, Workload};
 pub const SMOKE_RECORDS: u64 = 200_000;
 /// Operations of each phase that is not a load, without --ops (and of the smoke run).
 pub const DEFAULT_OPS: u64 = 50_000;
+/// What a memory cgroup allows an engine's child beyond the budget, by default: this,
+/// [`ALLOWANCE_PER_THREAD`] per client thread and the bench's byte per record
+/// ([`RunSpec::capacity`]). It holds the bench itself (with a 1 MiB budget a woods child's
+/// group peaks at 1.5 to 3 MiB, budget included) and each engine's fixed costs outside the
+/// caches it is told to size (RocksDB's group peaks 17 to 20 MiB above its budget), with room
+/// to spare; docs/benchmarks.md has the measurements.
+pub const DEFAULT_ALLOWANCE: u64 = 32 << 20;
+/// The default allowance's share per client thread (a stack, two latency histograms, an
+/// allocator arena's first pages): measured at about 270 KiB for woods.
+pub const ALLOWANCE_PER_THREAD: u64 = 512 << 10;
 
 pub const BENCH_HELP: &str = "\
 Run every engine through the same workloads, each engine in a child process of its own, and \
@@ -66,11 +79,28 @@ value))
   B read/op          device bytes read (/proc/self/io read_bytes) per operation, in phases that \
 read
   CPU time, per-second throughput, peak RSS (getrusage)
+  peak mem           peak memory charged to the engine's cgroup in the phase, page cache \
+included
 
 Memory: every engine gets the same budget, --cache-bytes: a quarter of it (at most 64 MiB) is \
-two write buffers, the rest block/page cache. Direct I/O is asked for every engine (not with \
---no-direct-io) and the table says whether it was in effect. The budget is not yet enforced by a \
-memory cgroup, so engines without direct I/O can use the OS page cache beyond it.
+two write buffers, the rest block/page cache. The budget is total memory, OS page cache \
+included: where the bench can make memory cgroups (root, cgroup v1 memory controller or cgroup \
+v2 with memory delegated), each engine's child runs in a group of its own limited to the budget \
+plus --memory-allowance (the bench itself and the engine's fixed costs outside its caches; \
+default 32 MiB + 512 KiB per client thread + 1 byte per record); the kernel reclaims the \
+group's page cache at the limit and OOM-kills the engine if its own memory exceeds it, which \
+is reported as such. The table's memory column says how the budget held and `peak mem` is the \
+group's peak per phase. With --no-cgroup, or where no group can be made, the page cache is \
+dropped before each phase (if /proc/sys/vm/drop_caches is writable) and engines without \
+direct I/O are labelled cache-assisted. The run says at its start which applies. Direct I/O is \
+asked for every engine (not with --no-direct-io) and the table says whether it was in effect.
+
+Output: the table on stdout; --json FILE writes every figure; --out DIR writes bench.json, \
+summary.md (machine, kernel, file system of --dir, direct I/O, memory enforcement, the command, \
+the tables, links to the charts) and SVG charts per phase: throughput-N-PHASE.svg (operations \
+completed per second, one line per engine: stalls are dips), latency-N-PHASE.svg (percentile \
+spectrum on a 1/(1-p) axis), ops-N-PHASE.svg (ops/s bars) and, for phases that write, \
+write-amp-N-PHASE.svg (WA with and without WAL bytes).
 
 With no --records this is a smoke run over all woods index kinds (200,000 records, 50,000 \
 reads, a budget of 1/8 of the data), about a minute: it shows the instrument works, it is not a \
@@ -79,7 +109,8 @@ result.
 Engines: woods:btree, woods:lsm (every woods index kind), and with the `peers` cargo feature \
 rocksdb (Debian's librocksdb 7.8.3), leveldb (Debian's libleveldb 1.23, C API), lmdb (heed), \
 fjall and redb; docs/benchmarks.md lists every setting. Only woods and RocksDB do direct I/O: \
-the others read through the OS page cache (direct = no, cache-assisted).";
+the others read through the OS page cache (direct = no; cache-assisted where no memory cgroup \
+bounds it).";
 
 /// Arguments of `woods bench`.
 #[derive(Args, Clone, Debug, Default)]
@@ -133,6 +164,21 @@ pub struct BenchArgs {
     /// Also write every figure as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write the results into DIR (made if missing): bench.json (every figure), summary.md
+    /// (machine, command, tables, ratios, links to the charts) and SVG charts per phase:
+    /// throughput over time, latency percentile spectrum, ops/s bars, and for phases that
+    /// write, write-amplification bars.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Do not enforce the memory budget with a memory cgroup: drop the OS page cache before
+    /// each phase instead, and label engines without direct I/O cache-assisted.
+    #[arg(long)]
+    pub no_cgroup: bool,
+    /// What each engine's memory cgroup allows beyond the budget: the bench itself and the
+    /// engine's fixed costs outside its caches (K, M, G suffixes) [default: 32M + 512K per
+    /// client thread + 1 byte per record].
+    #[arg(long, value_name = "B", value_parser = parse_size)]
+    pub memory_allowance: Option<u64>,
     /// Directory for the engines' databases, one subdirectory each, removed after each engine
     /// [default: a new directory under the system's temporary directory]. It must be on the
     /// device being measured (not tmpfs).
@@ -144,6 +190,9 @@ pub struct BenchArgs {
     /// Internal: run one engine as a child process (the spec as JSON).
     #[arg(long, hide = true, value_name = "SPEC")]
     pub child: Option<String>,
+    /// Internal: what the parent arranged for the child (JSON).
+    #[arg(long, hide = true, value_name = "SETUP")]
+    pub child_setup: Option<String>,
 }
 
 /// A byte count with an optional K/M/G suffix (powers of 1024).
@@ -234,9 +283,32 @@ pub fn describe(phases: &[Phase]) -> String {
         .join(", ")
 }
 
+/// How the memory budget was given and held.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct MemoryReport {
+    /// cgroup v1, cgroup v2 or none.
+    pub enforcement: Enforcement,
+    /// What each engine's cgroup allowed beyond the budget (the bench itself).
+    pub allowance_bytes: u64,
+    /// The budget's split: the cache, and one of the two write buffers.
+    pub cache_bytes: u64,
+    pub write_buffer_bytes: u64,
+    /// Why no cgroup enforced it.
+    pub why_not: Option<String>,
+    /// Without a cgroup: whether the page cache was dropped before each phase.
+    pub page_cache_dropped: bool,
+}
+
 /// The JSON file: the run's settings and every engine's figures.
 #[derive(Serialize, Deserialize, Debug)]
 pub struct BenchReport {
+    /// The command line of the run.
+    #[serde(default)]
+    pub command: String,
+    #[serde(default)]
+    pub machine: Machine,
+    #[serde(default)]
+    pub memory: MemoryReport,
     /// True for the default smoke run: not a result.
     pub smoke: bool,
     pub records: u64,
@@ -261,7 +333,7 @@ pub struct BenchReport {
 /// engine failed (its error printed), 2 for bad arguments.
 pub fn run(args: &BenchArgs, direct_io: bool, exe: &Path, prefix: &[OsString]) -> u8 {
     if let Some(spec) = &args.child {
-        return child_main(spec);
+        return child_main(spec, args.child_setup.as_deref());
     }
     match run_parent(args, direct_io, exe, prefix) {
         Ok(ok) => {
@@ -329,7 +401,28 @@ fn run_parent(
         ),
     };
     fs::create_dir_all(&base).map_err(|e| format!("creating {}: {e}", base.display()))?;
+    let machine = Machine::probe(&base);
+    let command = machine::command_line();
 
+    // The budget: a memory cgroup per engine where one can be made, else dropped caches.
+    let cgroups = if args.no_cgroup {
+        Err("--no-cgroup".to_string())
+    } else {
+        CgroupParent::find()
+    };
+    let capacity = spec_for("", PathBuf::new()).capacity();
+    let allowance = args
+        .memory_allowance
+        .unwrap_or(DEFAULT_ALLOWANCE + args.threads as u64 * ALLOWANCE_PER_THREAD + capacity);
+    let limit = memory_bytes + allowance;
+    let mut memory = MemoryReport {
+        enforcement: Enforcement::None,
+        allowance_bytes: allowance,
+        cache_bytes: split.cache_bytes,
+        write_buffer_bytes: split.write_buffer_bytes,
+        why_not: None,
+        page_cache_dropped: false,
+    };
     let mut err = std::io::stderr();
     if smoke {
         let _ = writeln!(
@@ -342,7 +435,7 @@ fn run_parent(
         err,
         "woods bench: {records} records of {}+{} bytes ({}); phases {}; {} client thread(s); \
          memory budget {} per engine (cache {}, write buffers 2 x {}), direct I/O {}, seed {}, \
-         databases under {}",
+         databases under {} ({})",
         args.key_size,
         args.value_size,
         report::bytes(data as f64),
@@ -353,8 +446,42 @@ fn run_parent(
         report::bytes(split.write_buffer_bytes as f64),
         if direct_io { "requested" } else { "off" },
         args.seed,
-        base.display()
+        base.display(),
+        machine
+            .file_system
+            .as_deref()
+            .unwrap_or("unknown file system"),
     );
+    match &cgroups {
+        Ok(parent) => {
+            memory.enforcement = parent.version.enforcement();
+            let _ = writeln!(
+                err,
+                "woods bench: memory budget ENFORCED by {}: each engine runs in a memory cgroup \
+                 limited to {} (budget {} + allowance {} for the bench and the engine's fixed \
+                 costs), page cache included; groups under {}",
+                memory.enforcement.name(),
+                report::bytes(limit as f64),
+                report::bytes(memory_bytes as f64),
+                report::bytes(allowance as f64),
+                parent.dir.display()
+            );
+        }
+        Err(why) => {
+            memory.why_not = Some(why.clone());
+            let dropped = cgroup::can_drop_page_cache();
+            memory.page_cache_dropped = dropped.is_ok();
+            let _ = writeln!(
+                err,
+                "woods bench: memory budget NOT ENFORCED (no memory cgroup: {why}); {}; engines \
+                 without direct I/O are labelled cache-assisted",
+                match &dropped {
+                    Ok(()) => "the page cache is dropped before each phase".to_string(),
+                    Err(e) => format!("the page cache cannot be dropped either ({e})"),
+                }
+            );
+        }
+    }
 
     let mut results = Vec::new();
     let mut failures = Vec::new();
@@ -363,24 +490,36 @@ fn run_parent(
         let _ = fs::remove_dir_all(&dir);
         let spec = spec_for(name, dir.clone());
         let _ = writeln!(err, "== {name}");
-        match run_in_child(exe, prefix, &spec) {
+        match run_engine(
+            exe,
+            prefix,
+            &spec,
+            &cgroups,
+            limit,
+            memory.page_cache_dropped,
+        ) {
             Ok(r) => {
                 for p in &r.phases {
                     let _ = writeln!(
                         err,
-                        "  {name} {}: {} ops in {:.2} s, {:.0} ops/s, direct I/O {}",
+                        "  {name} {}: {} ops in {:.2} s, {:.0} ops/s, direct I/O {}{}",
                         p.workload.name(),
                         p.ops,
                         p.secs,
                         p.ops_per_sec,
-                        if p.direct_io { "on" } else { "off" }
+                        if p.direct_io { "on" } else { "off" },
+                        p.memory_peak_bytes.map_or(String::new(), |b| format!(
+                            ", peak memory {} of {}",
+                            report::bytes(b as f64),
+                            report::bytes(limit as f64)
+                        )),
                     );
                 }
                 results.push(r);
             }
             Err(e) => {
                 let _ = writeln!(err, "woods bench: {name} FAILED: {e}");
-                failures.push((name.clone(), e.to_string()));
+                failures.push((name.clone(), e));
             }
         }
         if !args.keep {
@@ -396,51 +535,123 @@ fn run_parent(
         let _ = writeln!(out, "SMOKE RUN: not a result (run with --records for one)");
     }
     let _ = write!(out, "{}", report::table(&results));
-    if results
-        .iter()
-        // Only phases that wrote: LMDB, redb and LevelDB write nothing at all while reading.
-        .any(|r| {
-            r.phases
-                .iter()
-                .any(|p| p.user_bytes > 0 && p.proc_written == Some(0))
-        })
-    {
+    if results.iter().any(|r| {
+        r.phases
+            .iter()
+            .any(|p| p.workload.writes() && p.proc_written == Some(0))
+    }) {
         let _ = writeln!(
             out,
             "note: /proc/self/io counted no device writes: the directory is probably on tmpfs, \
              so WA is meaningless; use --dir on the device to measure"
         );
     }
+    if !memory.enforcement.enforced() {
+        let _ = writeln!(
+            out,
+            "note: the memory budget was not enforced ({}); cache-assisted engines may have \
+             used the OS page cache beyond it",
+            memory.why_not.as_deref().unwrap_or("no cgroup")
+        );
+    }
     for (name, why) in &failures {
         let _ = writeln!(out, "{name}: FAILED: {why}");
     }
+    let rep = BenchReport {
+        command,
+        machine,
+        memory,
+        smoke,
+        records,
+        phases: phases
+            .iter()
+            .map(|p| Phase {
+                workload: p.workload,
+                ops: if p.workload.is_load() { records } else { p.ops },
+            })
+            .collect(),
+        threads: args.threads,
+        miss_ratio: args.miss_ratio,
+        seek_nexts: args.seek_nexts,
+        distribution: args.distribution,
+        key_size: args.key_size,
+        value_size: args.value_size,
+        memory_bytes,
+        direct_io_requested: direct_io,
+        seed: args.seed,
+        results,
+        failures: failures.clone(),
+    };
     if let Some(path) = &args.json {
-        let rep = BenchReport {
-            smoke,
-            records,
-            phases: phases
-                .iter()
-                .map(|p| Phase {
-                    workload: p.workload,
-                    ops: if p.workload.is_load() { records } else { p.ops },
-                })
-                .collect(),
-            threads: args.threads,
-            miss_ratio: args.miss_ratio,
-            seek_nexts: args.seek_nexts,
-            distribution: args.distribution,
-            key_size: args.key_size,
-            value_size: args.value_size,
-            memory_bytes,
-            direct_io_requested: direct_io,
-            seed: args.seed,
-            results,
-            failures: failures.clone(),
-        };
         let text = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
         fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
+    if let Some(dir) = &args.out {
+        output::write_dir(&rep, dir)?;
+        let _ = writeln!(
+            out,
+            "results in {}: {}, {} and the charts",
+            dir.display(),
+            output::SUMMARY_FILE,
+            output::JSON_FILE
+        );
+    }
     Ok(failures.is_empty())
+}
+
+/// Runs one engine's child: in a memory cgroup of `limit` bytes made for it when `cgroups`
+/// found where to make one (removed after), else dropping the page cache before each phase
+/// when `drop_caches`. Labels the result with how its budget held.
+fn run_engine(
+    exe: &Path,
+    prefix: &[OsString],
+    spec: &RunSpec,
+    cgroups: &Result<CgroupParent, String>,
+    limit: u64,
+    drop_caches: bool,
+) -> Result<EngineResult, String> {
+    let mut r = match cgroups {
+        Ok(parent) => {
+            let name = format!(
+                "woods-bench-{}-{}",
+                std::process::id(),
+                spec.engine.replace(':', "-")
+            );
+            let group = parent.create(&name, limit).map_err(|e| {
+                format!(
+                    "cannot make its memory cgroup {}: {e}",
+                    parent.dir.join(&name).display()
+                )
+            })?;
+            let setup = ChildSetup {
+                wait_for_go: true,
+                drop_caches: false,
+                cgroup: Some(group.handle()),
+            };
+            let result = run_in_child_with(exe, prefix, spec, &setup, Some(&group));
+            let dir = group.dir().to_path_buf();
+            if let Err(e) = group.remove() {
+                eprintln!("woods bench: warning: cannot remove {}: {e}", dir.display());
+            }
+            let mut r = result.map_err(|e| e.to_string())?;
+            r.enforcement = parent.version.enforcement();
+            r.cgroup_limit_bytes = Some(limit);
+            r
+        }
+        Err(_) => {
+            let setup = ChildSetup {
+                wait_for_go: false,
+                drop_caches,
+                cgroup: None,
+            };
+            run_in_child_with(exe, prefix, spec, &setup, None).map_err(|e| e.to_string())?
+        }
+    };
+    let enforced = r.enforcement.enforced();
+    for p in &mut r.phases {
+        p.cache_assisted = !enforced && !p.direct_io;
+    }
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -34,12 +34,16 @@
 //! # Ok::<(), woods_bench::engine::BenchError>(())
 //! ```
 
+pub mod cgroup;
+pub mod charts;
 pub mod child;
 pub mod cli;
 pub mod dist;
 pub mod engine;
 pub mod expected;
 pub mod gen;
+pub mod machine;
 pub mod metrics;
+pub mod output;
 pub mod report;
 pub mod workload;

@@ -95,6 +95,44 @@ pub struct Latency {
     pub p999_ns: u64,
     pub p9999_ns: u64,
     pub max_ns: u64,
+    /// The latency at each quantile of [`spectrum_quantiles`]: the histogram's percentile
+    /// spectrum, which the latency charts draw.
+    #[serde(default)]
+    pub spectrum: Vec<Quantile>,
+}
+
+/// One point of a percentile spectrum: the latency `ns` that a share `q` of the operations
+/// did not exceed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantile {
+    pub q: f64,
+    pub ns: u64,
+}
+
+/// Points per decade of 1/(1 − q) in the spectrum: 90%, 99%, 99.9%, ... are 20 points apart.
+pub const SPECTRUM_POINTS_PER_NINE: u32 = 20;
+/// Nines the spectrum goes up to (99.9999%); past them only the max.
+pub const SPECTRUM_NINES: u32 = 6;
+
+/// The quantiles of a [`Latency::spectrum`]: q = 1 − 10^(−i/20) for i = 0..=120, evenly spaced
+/// on the 1/(1 − q) log axis of HDR histogram's percentile plots (0, 10.9%, ..., 90%, ...,
+/// 99.9999%), then 1 (the max).
+pub fn spectrum_quantiles() -> Vec<f64> {
+    let n = SPECTRUM_POINTS_PER_NINE * SPECTRUM_NINES;
+    let per = SPECTRUM_POINTS_PER_NINE;
+    let mut q: Vec<f64> = (0..=n)
+        .map(|i| {
+            // Whole nines exactly as written (0.99, not 0.98999...), so that they match p99.
+            let tail = if i % per == 0 {
+                10f64.powi(-((i / per) as i32))
+            } else {
+                10f64.powf(-(i as f64) / per as f64)
+            };
+            1.0 - tail
+        })
+        .collect();
+    q.push(1.0);
+    q
 }
 
 /// Times every operation of a phase and counts completions per second of the run.
@@ -102,6 +140,8 @@ pub struct Recorder {
     hist: Histogram<u64>,
     start: Instant,
     per_second: Vec<u64>,
+    /// When the last operation ended, from the start.
+    last: Duration,
 }
 
 /// Longest latency the histogram resolves; longer ones are clamped to it (and still the max).
@@ -121,6 +161,7 @@ impl Recorder {
                 .expect("constant histogram bounds are valid"),
             start,
             per_second: Vec::new(),
+            last: Duration::ZERO,
         }
     }
 
@@ -135,6 +176,7 @@ impl Recorder {
         for (a, b) in self.per_second.iter_mut().zip(&other.per_second) {
             *a += b;
         }
+        self.last = self.last.max(other.last);
     }
 
     /// When the phase started.
@@ -146,7 +188,9 @@ impl Recorder {
     pub fn record(&mut self, t0: Instant, t1: Instant) {
         let ns = t1.duration_since(t0).as_nanos().min(MAX_TRACKED_NS as u128) as u64;
         self.hist.saturating_record(ns.max(1));
-        let sec = t1.duration_since(self.start).as_secs() as usize;
+        let since = t1.duration_since(self.start);
+        self.last = self.last.max(since);
+        let sec = since.as_secs() as usize;
         if sec >= self.per_second.len() {
             self.per_second.resize(sec + 1, 0);
         }
@@ -162,6 +206,12 @@ impl Recorder {
         &self.per_second
     }
 
+    /// When the last operation ended, from the start: the last second of
+    /// [`Recorder::per_second`] is a partial one of `last − ⌊last⌋` seconds.
+    pub fn last_op(&self) -> Duration {
+        self.last
+    }
+
     pub fn latency(&self) -> Latency {
         let h = &self.hist;
         if h.is_empty() {
@@ -175,6 +225,17 @@ impl Recorder {
             p999_ns: h.value_at_quantile(0.999),
             p9999_ns: h.value_at_quantile(0.9999),
             max_ns: h.max(),
+            spectrum: spectrum_quantiles()
+                .into_iter()
+                .map(|q| Quantile {
+                    q,
+                    ns: if q >= 1.0 {
+                        h.max()
+                    } else {
+                        h.value_at_quantile(q)
+                    },
+                })
+                .collect(),
         }
     }
 }
@@ -243,6 +304,17 @@ mod tests {
         assert!((499_000..=501_000).contains(&l.p50_ns), "{l:?}");
         assert!(l.max_ns >= 999_000);
         assert_eq!(r.per_second().iter().sum::<u64>(), 1000);
+        assert_eq!(r.last_op(), Duration::from_micros(1000));
+        // The spectrum rises from the min to the max through the percentiles above.
+        let s = &l.spectrum;
+        assert_eq!(s.len(), spectrum_quantiles().len());
+        assert!(s.windows(2).all(|w| w[0].q < w[1].q && w[0].ns <= w[1].ns));
+        assert_eq!(s[0].q, 0.0);
+        assert!(s[0].ns <= 1_001, "{:?}", s[0]);
+        let at = |q: f64| s.iter().find(|p| (p.q - q).abs() < 1e-9).unwrap().ns;
+        assert_eq!(at(0.99), l.p99_ns);
+        assert_eq!(at(0.999), l.p999_ns);
+        assert_eq!(s.last().unwrap().ns, l.max_ns);
     }
 
     #[test]

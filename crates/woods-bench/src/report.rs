@@ -138,7 +138,66 @@ fn columns() -> Vec<Column> {
             show: bytes,
             ratio: true,
         },
+        Column {
+            header: "peak mem",
+            value: |p| p.memory_peak_bytes.map(|b| b as f64),
+            show: bytes,
+            ratio: true,
+        },
     ]
+}
+
+/// The `memory` cell: how the budget held for this engine and phase.
+pub fn memory_label(r: &EngineResult, p: &PhaseResult) -> &'static str {
+    if r.enforcement.enforced() {
+        r.enforcement.name()
+    } else if p.cache_assisted || !p.direct_io {
+        "cache-assisted"
+    } else {
+        "not enforced"
+    }
+}
+
+/// A table: a header and rows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grid {
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    /// Leading columns aligned left in the text table (the others right).
+    pub left: usize,
+    /// Leading columns of text (aligned left in markdown; the figures after them right).
+    pub text: usize,
+}
+
+impl Grid {
+    /// Columns padded to their widest cell, two spaces apart.
+    pub fn text(&self) -> String {
+        render(&self.header, &self.rows, self.left)
+    }
+
+    /// A GitHub markdown table (figures right-aligned).
+    pub fn markdown(&self) -> String {
+        let cell = |c: &str| c.replace('|', "\\|");
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "| {} |",
+            self.header
+                .iter()
+                .map(|h| cell(h))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let align: Vec<&str> = (0..self.header.len())
+            .map(|n| if n < self.text { ":---" } else { "---:" })
+            .collect();
+        let _ = writeln!(out, "| {} |", align.join(" | "));
+        for row in &self.rows {
+            let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
+            let _ = writeln!(out, "| {} |", cells.join(" | "));
+        }
+        out
+    }
 }
 
 /// Rows under a header, the first `left` columns aligned left, the others right.
@@ -170,11 +229,15 @@ fn render(header: &[String], rows: &[Vec<String>], left: usize) -> String {
     out
 }
 
-/// The figures table (a row per engine and phase) and, with two engines or more, the ratio
-/// table against the first engine, phase by phase.
-pub fn table(results: &[EngineResult]) -> String {
+/// The figures table: a row per engine and phase.
+pub fn figures(results: &[EngineResult]) -> Grid {
     let cols = columns();
-    let mut header = vec!["engine".to_string(), "phase".into(), "direct".into()];
+    let mut header = vec![
+        "engine".to_string(),
+        "phase".into(),
+        "direct".into(),
+        "memory".into(),
+    ];
     header.extend(cols.iter().map(|c| c.header.to_string()));
     let mut rows: Vec<Vec<String>> = Vec::new();
     for r in results {
@@ -183,6 +246,7 @@ pub fn table(results: &[EngineResult]) -> String {
                 r.engine.clone(),
                 p.workload.name().to_string(),
                 if p.direct_io { "yes" } else { "no" }.into(),
+                memory_label(r, p).into(),
             ];
             row.extend(cols.iter().map(|c| match (c.value)(p) {
                 Some(v) => (c.show)(v),
@@ -191,29 +255,51 @@ pub fn table(results: &[EngineResult]) -> String {
             rows.push(row);
         }
     }
-    let mut out = render(&header, &rows, 2);
-    if results.len() >= 2 {
-        let base = &results[0];
-        let cols: Vec<&Column> = cols.iter().filter(|c| c.ratio).collect();
-        let mut header = vec![format!("ratio to {}", base.engine), "phase".into()];
-        header.extend(cols.iter().map(|c| c.header.to_string()));
-        let mut rows: Vec<Vec<String>> = Vec::new();
-        for r in &results[1..] {
-            for (n, p) in r.phases.iter().enumerate() {
-                // The same phase of the baseline: same position, same workload.
-                let Some(b) = base.phases.get(n).filter(|b| b.workload == p.workload) else {
-                    continue;
-                };
-                let mut row = vec![r.engine.clone(), p.workload.name().to_string()];
-                row.extend(cols.iter().map(|c| match ((c.value)(p), (c.value)(b)) {
-                    (Some(v), Some(b)) if b != 0.0 => format!("{:.2}x", v / b),
-                    _ => "-".into(),
-                }));
-                rows.push(row);
-            }
+    Grid {
+        header,
+        rows,
+        left: 2,
+        text: 4,
+    }
+}
+
+/// With two engines or more, each later engine's figures as ratios to the first engine's in
+/// the same phase (same position, same workload).
+pub fn ratios(results: &[EngineResult]) -> Option<Grid> {
+    let base = results.first().filter(|_| results.len() >= 2)?;
+    let cols = columns();
+    let cols: Vec<&Column> = cols.iter().filter(|c| c.ratio).collect();
+    let mut header = vec![format!("ratio to {}", base.engine), "phase".into()];
+    header.extend(cols.iter().map(|c| c.header.to_string()));
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for r in &results[1..] {
+        for (n, p) in r.phases.iter().enumerate() {
+            let Some(b) = base.phases.get(n).filter(|b| b.workload == p.workload) else {
+                continue;
+            };
+            let mut row = vec![r.engine.clone(), p.workload.name().to_string()];
+            row.extend(cols.iter().map(|c| match ((c.value)(p), (c.value)(b)) {
+                (Some(v), Some(b)) if b != 0.0 => format!("{:.2}x", v / b),
+                _ => "-".into(),
+            }));
+            rows.push(row);
         }
+    }
+    Some(Grid {
+        header,
+        rows,
+        left: 2,
+        text: 2,
+    })
+}
+
+/// The figures table (a row per engine and phase) and, with two engines or more, the ratio
+/// table against the first engine, phase by phase.
+pub fn table(results: &[EngineResult]) -> String {
+    let mut out = figures(results).text();
+    if let Some(r) = ratios(results) {
         out.push('\n');
-        out.push_str(&render(&header, &rows, 2));
+        out.push_str(&r.text());
     }
     out
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::Enforcement;
 use crate::dist::{Discrete, Rng, ScrambledZipfian, SkewedLatest};
 use crate::engine::{self, BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
 use crate::expected::{after_delete, after_put, is_absent, version, Expected, Window};
@@ -310,7 +311,8 @@ impl RunSpec {
     }
 
     /// Records the run may hold: the loaded ones and one per operation of a phase that inserts.
-    fn capacity(&self) -> u64 {
+    /// The bench keeps a byte for each.
+    pub fn capacity(&self) -> u64 {
         let inserts: u64 = self
             .phases
             .iter()
@@ -375,6 +377,10 @@ pub struct PhaseResult {
     pub latency: Latency,
     /// Operations completed in each second of the phase.
     pub per_second: Vec<u64>,
+    /// When the last operation ended, in seconds from the first one's start: the last entry
+    /// of `per_second` covers a partial second, and `secs − ops_secs` is the drain and close.
+    #[serde(default)]
+    pub ops_secs: f64,
     /// Key + value bytes the phase wrote (a delete counts its key).
     pub user_bytes: u64,
     /// Device bytes written by the process (write_bytes − cancelled_write_bytes from
@@ -408,7 +414,16 @@ pub struct PhaseResult {
     pub cpu_system_secs: f64,
     /// Peak resident memory of the process so far.
     pub peak_rss_bytes: u64,
+    /// Peak memory charged to the engine's memory cgroup during the phase, page cache
+    /// included (cgroup v2: since the engine started); `None` without a cgroup.
+    #[serde(default)]
+    pub memory_peak_bytes: Option<u64>,
     pub direct_io: bool,
+    /// Neither direct I/O nor a memory cgroup: the OS page cache may have held the engine's
+    /// data beyond the budget (it is dropped before each phase, not bounded during it). Set by
+    /// the parent, which knows whether the budget was enforced.
+    #[serde(default)]
+    pub cache_assisted: bool,
 }
 
 /// The figures of one engine: what the child prints as one JSON line.
@@ -417,6 +432,12 @@ pub struct EngineResult {
     pub engine: String,
     pub spec: RunSpec,
     pub phases: Vec<PhaseResult>,
+    /// How the memory budget was enforced for this engine (set by the parent).
+    #[serde(default)]
+    pub enforcement: Enforcement,
+    /// The limit of the engine's memory cgroup: the budget plus the bench's allowance.
+    #[serde(default)]
+    pub cgroup_limit_bytes: Option<u64>,
 }
 
 impl EngineResult {
@@ -462,14 +483,46 @@ pub type Opener<'a> = &'a dyn Fn(&RunSpec) -> BenchResult<Box<dyn Engine>>;
 
 /// Runs every phase of `spec` against its engine in this process.
 pub fn run(spec: &RunSpec) -> BenchResult<EngineResult> {
+    run_hooked(spec, &NoHooks)
+}
+
+/// What runs around each phase besides the phase itself: the child drops the page cache or
+/// restarts its cgroup's peak before a phase, and reads that peak after it.
+pub trait PhaseHooks {
+    /// Before the phase opens the engine (outside its time and I/O counts).
+    fn before_phase(&self, _phase: &Phase) -> BenchResult<()> {
+        Ok(())
+    }
+    /// After the phase closed the engine, with its figures.
+    fn after_phase(&self, _result: &mut PhaseResult) {}
+}
+
+/// No hooks.
+pub struct NoHooks;
+
+impl PhaseHooks for NoHooks {}
+
+/// Like [`run`], with `hooks` around each phase.
+pub fn run_hooked(spec: &RunSpec, hooks: &dyn PhaseHooks) -> BenchResult<EngineResult> {
     engine::check_name(&spec.engine)?;
-    run_with(spec, &|s: &RunSpec| {
-        engine::open(&s.engine, &s.dir, &s.config)
-    })
+    run_with_hooks(
+        spec,
+        &|s: &RunSpec| engine::open(&s.engine, &s.dir, &s.config),
+        hooks,
+    )
 }
 
 /// Like [`run`], with the engine opened by `open` for each phase.
 pub fn run_with(spec: &RunSpec, open: Opener) -> BenchResult<EngineResult> {
+    run_with_hooks(spec, open, &NoHooks)
+}
+
+/// Like [`run_with`], with `hooks` around each phase.
+pub fn run_with_hooks(
+    spec: &RunSpec,
+    open: Opener,
+    hooks: &dyn PhaseHooks,
+) -> BenchResult<EngineResult> {
     spec.validate()?;
     let format = spec.key_format().expect("validated: a load comes first");
     let keys = Keys::new(format, spec.key_size).map_err(BenchError)?;
@@ -485,7 +538,9 @@ pub fn run_with(spec: &RunSpec, open: Opener) -> BenchResult<EngineResult> {
             values: &values,
             expected: &expected,
         };
-        let r = run_phase(&shared, open)?;
+        hooks.before_phase(p)?;
+        let mut r = run_phase(&shared, open)?;
+        hooks.after_phase(&mut r);
         if spec.engine.starts_with("woods:") {
             cross_check(&spec.engine, &r)?;
         }
@@ -495,6 +550,8 @@ pub fn run_with(spec: &RunSpec, open: Opener) -> BenchResult<EngineResult> {
         engine: spec.engine.clone(),
         spec: spec.clone(),
         phases,
+        enforcement: Enforcement::None,
+        cgroup_limit_bytes: None,
     })
 }
 
@@ -631,6 +688,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<PhaseResult> {
         },
         latency: rec.latency(),
         per_second: rec.per_second().to_vec(),
+        ops_secs: rec.last_op().as_secs_f64(),
         user_bytes,
         proc_written,
         proc_read,
@@ -648,7 +706,9 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<PhaseResult> {
         cpu_user_secs: u1.user.saturating_sub(u0.user).as_secs_f64(),
         cpu_system_secs: u1.system.saturating_sub(u0.system).as_secs_f64(),
         peak_rss_bytes: u1.max_rss_bytes,
+        memory_peak_bytes: None,
         direct_io,
+        cache_assisted: false,
     })
 }
 
