@@ -3,6 +3,7 @@
 //! [`RunBuilder::finish`].
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use super::format::{
     encode_data_blob, encode_data_inline, put_header, IndexItem, SlottedPage, FORMAT_MAJOR,
@@ -24,8 +25,8 @@ struct Chunk {
 
 /// Hands out page numbers and writes pages, a chunk at a time; remembers every extent it
 /// allocated so that they can be listed in the run's metadata or released.
-struct Sink<'a> {
-    store: &'a PageFile,
+struct Sink {
+    store: Arc<PageFile>,
     opts: RunOptions,
     chunk: Option<Chunk>,
     /// Extents holding written pages, in allocation order.
@@ -34,7 +35,7 @@ struct Sink<'a> {
     spare: Option<AlignedBuf>,
 }
 
-impl<'a> Sink<'a> {
+impl Sink {
     /// Places `n` contiguous pages, letting `fill(i, body)` write the body of page `i` (a zeroed
     /// `PAGE_SIZE` slice whose checksum is added later). Returns the first page number.
     fn put(&mut self, n: u64, mut fill: impl FnMut(usize, &mut [u8])) -> Result<u64> {
@@ -130,8 +131,8 @@ impl<'a> Sink<'a> {
 /// pages, and the filter's key hashes (8 bytes per distinct key). Dropping a builder without
 /// [`finish`](RunBuilder::finish) releases what it allocated, as [`abandon`](RunBuilder::abandon)
 /// does; after an error from [`add`](RunBuilder::add) the builder should be abandoned.
-pub struct RunBuilder<'a> {
-    sink: Sink<'a>,
+pub struct RunBuilder {
+    sink: Sink,
     page: SlottedPage,
     /// Separator of the page being filled, and its totals.
     page_first: Option<(Vec<u8>, u64)>,
@@ -151,9 +152,10 @@ pub struct RunBuilder<'a> {
     finished: bool,
 }
 
-impl<'a> RunBuilder<'a> {
-    /// A builder writing into `store`.
-    pub fn new(store: &'a PageFile, opts: RunOptions) -> Self {
+impl RunBuilder {
+    /// A builder writing into `store`. It owns its handle of the store, so a builder can be
+    /// kept between bounded steps of work (an index's resumable merge) and finished later.
+    pub fn new(store: Arc<PageFile>, opts: RunOptions) -> Self {
         let bloom =
             (opts.bloom_bits_per_key > 0).then(|| BloomBuilder::new(opts.bloom_bits_per_key));
         RunBuilder {
@@ -313,13 +315,14 @@ impl<'a> RunBuilder<'a> {
 
     /// [`finish`](RunBuilder::finish), also returning the tree root (data or index page, or
     /// `NO_ROOT`) and the filter, so that the run can be opened without reading them back.
-    pub(crate) fn finish_parts(mut self) -> Result<(RunMeta, u64, Option<Vec<u8>>)> {
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn finish_parts(mut self) -> Result<(Arc<PageFile>, RunMeta, u64, Option<Vec<u8>>)> {
         let r = self.finish_inner();
         if r.is_err() {
             self.sink.release_all();
         }
         self.finished = true;
-        r.map(|(meta, (root, filter))| (meta, root, filter))
+        r.map(|(meta, (root, filter))| (self.sink.store.clone(), meta, root, filter))
     }
 
     #[allow(clippy::type_complexity)]
@@ -463,7 +466,7 @@ impl<'a> RunBuilder<'a> {
     }
 }
 
-impl Drop for RunBuilder<'_> {
+impl Drop for RunBuilder {
     fn drop(&mut self) {
         if !self.finished {
             self.sink.release_all();

@@ -317,9 +317,9 @@ impl Run {
     }
 
     /// Finishes `builder` and opens the result without reading back what the builder still
-    /// has in memory (tree root, filter). `store` must be the store the builder writes to.
-    pub fn from_builder(builder: RunBuilder<'_>, store: Arc<PageFile>) -> Result<Run> {
-        let (meta, tree_root, filter) = builder.finish_parts()?;
+    /// has in memory (tree root, filter).
+    pub fn from_builder(builder: RunBuilder) -> Result<Run> {
+        let (store, meta, tree_root, filter) = builder.finish_parts()?;
         let filter = filter.map(Bloom::from_bytes).transpose()?;
         Ok(Run::assemble(store, meta, tree_root, filter))
     }

@@ -104,7 +104,7 @@ fn model(rng: &mut SmallRng, n: usize) -> Vec<Entry> {
 const MAX_KEY: usize = crate::MAX_KEY_LEN;
 
 fn build(pf: &Arc<PageFile>, entries: &[Entry], o: RunOptions) -> Arc<Run> {
-    let mut b = RunBuilder::new(pf, o);
+    let mut b = RunBuilder::new(pf.clone(), o);
     for e in entries {
         b.add(e).unwrap();
     }
@@ -322,7 +322,7 @@ fn from_builder_matches_open() {
     let (_fs, pf) = store();
     let m = model(&mut rng, 3000);
     let mut b = RunBuilder::new(
-        &pf,
+        pf.clone(),
         RunOptions {
             extent_pages: 4,
             ..opts()
@@ -331,7 +331,7 @@ fn from_builder_matches_open() {
     for e in &m {
         b.add(e).unwrap();
     }
-    let run = Arc::new(Run::from_builder(b, pf.clone()).unwrap());
+    let run = Arc::new(Run::from_builder(b).unwrap());
     verify(&run, &m, &mut rng, 10);
     let reopened = Arc::new(Run::open(pf.clone(), run.meta().clone()).unwrap());
     verify(&reopened, &m, &mut rng, 3);
@@ -365,13 +365,13 @@ fn abandon_and_drop_release_everything() {
     let m = model(&mut rng, 5000);
     let keep = build(&pf, &m[..100], opts());
     let base_free = pf.alloc().free_pages();
-    let mut b = RunBuilder::new(&pf, opts());
+    let mut b = RunBuilder::new(pf.clone(), opts());
     for e in &m {
         b.add(e).unwrap();
     }
     assert!(b.bytes_so_far() > 64 * PAGE_SIZE as u64);
     b.abandon();
-    let mut b = RunBuilder::new(&pf, opts());
+    let mut b = RunBuilder::new(pf.clone(), opts());
     for e in &m[..2000] {
         b.add(e).unwrap();
     }
@@ -390,7 +390,7 @@ fn abandon_and_drop_release_everything() {
 #[test]
 fn out_of_order_is_rejected() {
     let (_fs, pf) = store();
-    let mut b = RunBuilder::new(&pf, opts());
+    let mut b = RunBuilder::new(pf.clone(), opts());
     b.add(&Entry::new(b"b", 5, Kind::Put, b"")).unwrap();
     assert!(matches!(
         b.add(&Entry::new(b"", 1, Kind::Put, b"")),

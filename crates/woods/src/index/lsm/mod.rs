@@ -215,7 +215,7 @@ impl Lsm {
     ) -> Result<()> {
         let store = &self.ctx.store;
         let max_gp = self.policy.max_grandparent_overlap();
-        let mut builder: Option<RunBuilder<'_>> = None;
+        let mut builder: Option<RunBuilder> = None;
         let mut last_key: Option<Arc<[u8]>> = None;
         let (mut gp_index, mut gp_overlap, mut seen_key) = (0usize, 0u64, false);
         for e in input {
@@ -246,7 +246,7 @@ impl Lsm {
                 last_key = Some(e.key.clone());
             }
             builder
-                .get_or_insert_with(|| RunBuilder::new(store, self.run_options(purpose)))
+                .get_or_insert_with(|| RunBuilder::new(store.clone(), self.run_options(purpose)))
                 .add(&e)?;
         }
         if let Some(b) = builder.take() {
@@ -259,12 +259,12 @@ impl Lsm {
         Ok(())
     }
 
-    fn finish_table(&self, b: RunBuilder<'_>) -> Result<Arc<Table>> {
+    fn finish_table(&self, b: RunBuilder) -> Result<Arc<Table>> {
         if b.entries() == 0 {
             b.abandon();
             return Err(Error::InvalidOption("lsm: finishing an empty table".into()));
         }
-        let run = Run::from_builder(b, self.ctx.store.clone())?;
+        let run = Run::from_builder(b)?;
         Ok(Table::new(self.new_id(), run, self.ctx.store.clone()))
     }
 
