@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{self, CgroupHandle, MemoryCgroup};
-use crate::engine::{BenchError, BenchResult};
+use crate::engine::{BenchError, BenchResult, ExtraEngines};
 use crate::report;
 use crate::workload::{self, EngineResult, Phase, PhaseHooks, PhaseResult, RunSpec};
 
@@ -175,13 +175,18 @@ impl PhaseHooks for ChildHooks<'_> {
 /// Child mode: runs the spec given as JSON and prints the result line. Returns the process
 /// exit status (0, or 3 after printing the error on stderr).
 pub fn child_main(spec_json: &str, setup_json: Option<&str>) -> u8 {
+    child_main_with(spec_json, setup_json, &[])
+}
+
+/// Like [`child_main`], knowing the `extra` engines of the binary too.
+pub fn child_main_with(spec_json: &str, setup_json: Option<&str>, extra: ExtraEngines) -> u8 {
     let result = child_setup(setup_json).and_then(|setup| {
         let spec = serde_json::from_str::<RunSpec>(spec_json)
             .map_err(|e| BenchError::new(format!("bad child spec: {e}")))?;
         if setup.wait_for_go {
             wait_for_go()?;
         }
-        workload::run_hooked(&spec, &ChildHooks(&setup))
+        workload::run_hooked_with_engines(&spec, &ChildHooks(&setup), extra)
     });
     match result.and_then(|r| serde_json::to_string(&r).map_err(|e| BenchError(e.to_string()))) {
         Ok(line) => {

@@ -4,13 +4,14 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{self, CgroupParent, Enforcement};
-use crate::child::{child_main, run_in_child_with, ChildSetup};
-use crate::engine::{self, EngineConfig};
+use crate::child::{child_main_with, run_in_child_with, ChildSetup};
+use crate::engine::{self, EngineConfig, ExtraEngines};
 use crate::machine::{self, Machine};
 use crate::output;
 use crate::report;
@@ -195,6 +196,52 @@ pub struct BenchArgs {
     pub child_setup: Option<String>,
 }
 
+/// The `woods-bench` binary's command line: the bench's arguments, and `--no-direct-io` (which
+/// `woods` has as a flag of its own, before `bench`).
+#[derive(Parser, Debug)]
+#[command(name = "woods-bench", version, about = "Benchmark woods index kinds and peer engines", long_about = BENCH_HELP)]
+pub struct StandaloneArgs {
+    /// Do not ask the engines for direct I/O.
+    #[arg(long)]
+    pub no_direct_io: bool,
+    #[command(flatten)]
+    pub bench: BenchArgs,
+}
+
+/// The `woods-bench` binary, with `extra` engines besides the ones this build knows: a binary
+/// that adds an engine is `fn main() -> ExitCode { main_with(&[("name", open_it)]) }`. Its
+/// children re-execute the current binary (`std::env::current_exe`), so they know the extra
+/// engines too. `--help` lists them.
+pub fn main_with(extra: ExtraEngines) -> ExitCode {
+    let mut cmd = StandaloneArgs::command();
+    if !extra.is_empty() {
+        let names: Vec<&str> = extra.iter().map(|(n, _)| *n).collect();
+        cmd = cmd.long_about(format!(
+            "{BENCH_HELP}\n\nEngines this binary adds: {}.",
+            names.join(", ")
+        ));
+    }
+    let cli = match StandaloneArgs::from_arg_matches(&cmd.get_matches()) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("woods-bench: error: cannot find this binary to run the engines: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // The child reads direct I/O from its spec, so it needs no flags before `--child`.
+    ExitCode::from(run_with_engines(
+        &cli.bench,
+        !cli.no_direct_io,
+        &exe,
+        &[],
+        extra,
+    ))
+}
+
 /// A byte count with an optional K/M/G suffix (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -332,10 +379,22 @@ pub struct BenchReport {
 /// children (`woods bench ...` has prefix `["bench"]`). Returns the exit status: 0, 1 when an
 /// engine failed (its error printed), 2 for bad arguments.
 pub fn run(args: &BenchArgs, direct_io: bool, exe: &Path, prefix: &[OsString]) -> u8 {
+    run_with_engines(args, direct_io, exe, prefix, &[])
+}
+
+/// Like [`run`], knowing the `extra` engines too: in the parent (names) and in the child (which
+/// opens one). `exe` must be a binary that knows them as well, since the children run it.
+pub fn run_with_engines(
+    args: &BenchArgs,
+    direct_io: bool,
+    exe: &Path,
+    prefix: &[OsString],
+    extra: ExtraEngines,
+) -> u8 {
     if let Some(spec) = &args.child {
-        return child_main(spec, args.child_setup.as_deref());
+        return child_main_with(spec, args.child_setup.as_deref(), extra);
     }
-    match run_parent(args, direct_io, exe, prefix) {
+    match run_parent(args, direct_io, exe, prefix, extra) {
         Ok(ok) => {
             if ok {
                 0
@@ -355,6 +414,7 @@ fn run_parent(
     direct_io: bool,
     exe: &Path,
     prefix: &[OsString],
+    extra: ExtraEngines,
 ) -> Result<bool, String> {
     let smoke = args.records.is_none();
     let records = args.records.unwrap_or(SMOKE_RECORDS);
@@ -365,7 +425,7 @@ fn run_parent(
         args.engines.clone()
     };
     for e in &engines {
-        engine::check_name(e).map_err(|e| e.to_string())?;
+        engine::check_name_with(e, extra).map_err(|e| e.to_string())?;
     }
     let data = records * (args.key_size + args.value_size) as u64;
     let memory_bytes = args.cache_bytes.unwrap_or((data / 8).max(1 << 20));
@@ -499,6 +559,9 @@ fn run_parent(
             memory.page_cache_dropped,
         ) {
             Ok(r) => {
+                if let Some(v) = &r.version {
+                    let _ = writeln!(err, "  {name}: {v}");
+                }
                 for p in &r.phases {
                     let _ = writeln!(
                         err,

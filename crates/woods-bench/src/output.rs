@@ -160,6 +160,14 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
             ),
         }
     );
+    let versions: Vec<String> = rep
+        .results
+        .iter()
+        .filter_map(|r| Some(format!("`{}` {}", r.engine, r.version.as_ref()?)))
+        .collect();
+    if !versions.is_empty() {
+        let _ = writeln!(s, "- **Versions**: {}", versions.join("; "));
+    }
     let mem = &rep.memory;
     let _ = write!(
         s,

@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Enforcement;
 use crate::dist::{Discrete, Rng, ScrambledZipfian, SkewedLatest};
-use crate::engine::{self, BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
+use crate::engine::{
+    self, BenchError, BenchResult, Engine, EngineConfig, ExtraEngines, OwnCounters,
+};
 use crate::expected::{after_delete, after_put, is_absent, version, Expected, Window};
 use crate::gen::{KeyFormat, Keys, Permutation, Values};
 use crate::metrics::{disk_bytes, Latency, ProcIo, Recorder, Usage};
@@ -430,6 +432,9 @@ pub struct PhaseResult {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EngineResult {
     pub engine: String,
+    /// The engine's library and version, where its adapter tells ([`Engine::version`]).
+    #[serde(default)]
+    pub version: Option<String>,
     pub spec: RunSpec,
     pub phases: Vec<PhaseResult>,
     /// How the memory budget was enforced for this engine (set by the parent).
@@ -504,10 +509,19 @@ impl PhaseHooks for NoHooks {}
 
 /// Like [`run`], with `hooks` around each phase.
 pub fn run_hooked(spec: &RunSpec, hooks: &dyn PhaseHooks) -> BenchResult<EngineResult> {
-    engine::check_name(&spec.engine)?;
+    run_hooked_with_engines(spec, hooks, &[])
+}
+
+/// Like [`run_hooked`], knowing the `extra` engines of the binary too.
+pub fn run_hooked_with_engines(
+    spec: &RunSpec,
+    hooks: &dyn PhaseHooks,
+    extra: ExtraEngines,
+) -> BenchResult<EngineResult> {
+    engine::check_name_with(&spec.engine, extra)?;
     run_with_hooks(
         spec,
-        &|s: &RunSpec| engine::open(&s.engine, &s.dir, &s.config),
+        &|s: &RunSpec| engine::open_with(&s.engine, &s.dir, &s.config, extra),
         hooks,
     )
 }
@@ -529,6 +543,7 @@ pub fn run_with_hooks(
     let values = Values::new(spec.value_size, spec.seed);
     let expected = Expected::new(spec.capacity());
     let mut phases = Vec::new();
+    let mut version = None;
     for (n, p) in spec.phases.iter().enumerate() {
         let shared = Shared {
             spec,
@@ -539,7 +554,8 @@ pub fn run_with_hooks(
             expected: &expected,
         };
         hooks.before_phase(p)?;
-        let mut r = run_phase(&shared, open)?;
+        let (mut r, v) = run_phase(&shared, open)?;
+        version = version.or(v);
         hooks.after_phase(&mut r);
         if spec.engine.starts_with("woods:") {
             cross_check(&spec.engine, &r)?;
@@ -548,6 +564,7 @@ pub fn run_with_hooks(
     }
     Ok(EngineResult {
         engine: spec.engine.clone(),
+        version,
         spec: spec.clone(),
         phases,
         enforcement: Enforcement::None,
@@ -582,7 +599,8 @@ struct Ctx<'a> {
 }
 
 /// Runs one phase: opens the engine, runs the clients, drains and closes, takes the figures.
-fn run_phase(s: &Shared, open: Opener) -> BenchResult<PhaseResult> {
+/// Returns them with the engine's version.
+fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<String>)> {
     let spec = s.spec;
     let w = s.phase.workload;
     let ops = spec.ops(&s.phase);
@@ -594,6 +612,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<PhaseResult> {
     let u0 = Usage::now();
     let mut db = open(spec)?;
     let direct_io = db.direct_io();
+    let version = db.version();
     let ctx = Ctx {
         s,
         db: db.as_ref(),
@@ -674,7 +693,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<PhaseResult> {
         let b = b?;
         (w.reads() && ops_done > 0).then(|| b as f64 / ops_done as f64)
     };
-    Ok(PhaseResult {
+    let r = PhaseResult {
         workload: w,
         ops: ops_done,
         threads,
@@ -709,7 +728,8 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<PhaseResult> {
         memory_peak_bytes: None,
         direct_io,
         cache_assisted: false,
-    })
+    };
+    Ok((r, version))
 }
 
 /// How a YCSB phase picks records (YCSB's `keychooser` and `nextKeynum`).

@@ -1,6 +1,7 @@
 //! The adapter trait every benchmarked engine implements, and the registry that opens one by
 //! its command-line name (`woods:btree`, `woods:lsm`, and with the `peers` feature `rocksdb`,
-//! `leveldb`, `lmdb`, `fjall`, `redb`).
+//! `leveldb`, `lmdb`, `fjall`, `redb`). Another binary can add engines of its own (the `_with`
+//! functions and [`crate::cli::main_with`]): `bench/rocksdb-current` adds current RocksDB.
 
 use std::fmt;
 use std::path::Path;
@@ -124,7 +125,19 @@ pub trait Engine: Send + Sync {
     fn counters(&self) -> OwnCounters;
     /// Closes the engine, waiting for whatever it does on close.
     fn close(self: Box<Self>) -> BenchResult<()>;
+    /// The engine's library and version, where the adapter can tell (`RocksDB 7.8.3`): the
+    /// report names it.
+    fn version(&self) -> Option<String> {
+        None
+    }
 }
+
+/// Opens an engine that a binary built on this crate adds to the ones it knows: in `dir`
+/// (which [`open_with`] has created) with `cfg`.
+pub type EngineOpener = fn(&Path, &EngineConfig) -> BenchResult<Box<dyn Engine>>;
+
+/// Engines a binary adds, by command-line name (see [`crate::cli::main_with`]).
+pub type ExtraEngines<'a> = &'a [(&'a str, EngineOpener)];
 
 /// Every engine name this build knows, woods index kinds first.
 pub fn known_engines() -> Vec<String> {
@@ -146,9 +159,21 @@ pub fn woods_engines() -> Vec<String> {
         .collect()
 }
 
+/// Every engine name this build knows, then the `extra` ones.
+pub fn known_engines_with(extra: ExtraEngines) -> Vec<String> {
+    let mut names = known_engines();
+    names.extend(extra.iter().map(|(n, _)| n.to_string()));
+    names
+}
+
 /// Checks an engine name without opening anything.
 pub fn check_name(name: &str) -> BenchResult<()> {
-    if known_engines().iter().any(|n| n == name) {
+    check_name_with(name, &[])
+}
+
+/// Like [`check_name`], knowing the `extra` engines too.
+pub fn check_name_with(name: &str, extra: ExtraEngines) -> BenchResult<()> {
+    if known_engines_with(extra).iter().any(|n| n == name) {
         return Ok(());
     }
     let hint = if PEER_ENGINES.contains(&name) {
@@ -159,19 +184,34 @@ pub fn check_name(name: &str) -> BenchResult<()> {
     };
     Err(BenchError::new(format!(
         "unknown engine {name:?}{hint}; known: {}",
-        known_engines().join(", ")
+        known_engines_with(extra).join(", ")
     )))
 }
 
 /// Opens the engine called `name` in `dir` (created if needed).
 pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<Box<dyn Engine>> {
+    open_with(name, dir, cfg, &[])
+}
+
+/// Like [`open`], knowing the `extra` engines too.
+pub fn open_with(
+    name: &str,
+    dir: &Path,
+    cfg: &EngineConfig,
+    extra: ExtraEngines,
+) -> BenchResult<Box<dyn Engine>> {
+    if let Some((_, opener)) = extra.iter().find(|(n, _)| *n == name) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| BenchError::new(format!("creating {}: {e}", dir.display())))?;
+        return opener(dir, cfg);
+    }
     check_name(name)?;
     if let Some(kind) = name.strip_prefix("woods:") {
         return Ok(Box::new(woods::WoodsEngine::open(kind, dir, cfg)?));
     }
     #[cfg(feature = "peers")]
     match name {
-        "rocksdb" => return Ok(Box::new(rocksdb::RocksDbEngine::open(dir, cfg)?)),
+        "rocksdb" => return Ok(Box::new(rocksdb::RocksDbEngine::open("rocksdb", dir, cfg)?)),
         "leveldb" => return Ok(Box::new(leveldb::LevelDbEngine::open(dir, cfg)?)),
         "lmdb" => return Ok(Box::new(lmdb::LmdbEngine::open(dir, cfg)?)),
         "fjall" => return Ok(Box::new(fjall::FjallEngine::open(dir, cfg)?)),
@@ -179,6 +219,23 @@ pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<Box<dyn E
         _ => {}
     }
     Err(BenchError::new(format!("no adapter for engine {name:?}")))
+}
+
+/// The version RocksDB wrote at the top of its info log (`dir/LOG`, `RocksDB version: 7.8.3`)
+/// when it opened the database in `dir`: the version of the library actually linked.
+pub fn rocksdb_log_version(dir: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    std::fs::File::open(dir.join("LOG"))
+        .ok()?
+        .take(64 << 10)
+        .read_to_end(&mut head)
+        .ok()?;
+    let head = String::from_utf8_lossy(&head);
+    head.lines().find_map(|l| {
+        let (_, v) = l.split_once("RocksDB version: ")?;
+        Some(format!("RocksDB {}", v.trim()))
+    })
 }
 
 #[cfg(test)]
@@ -204,5 +261,46 @@ mod tests {
         assert!(check_name("woods:lsm").is_ok());
         assert!(check_name("woods:nope").is_err());
         assert_eq!(known_engines()[..2], woods_engines()[..]);
+    }
+
+    fn open_lsm(dir: &Path, cfg: &EngineConfig) -> BenchResult<Box<dyn Engine>> {
+        open("woods:lsm", dir, cfg)
+    }
+
+    #[test]
+    fn extra_engines() {
+        let extra: ExtraEngines = &[("other:lsm", open_lsm)];
+        assert!(check_name("other:lsm").is_err());
+        assert!(check_name_with("other:lsm", extra).is_ok());
+        assert!(check_name_with("woods:btree", extra).is_ok());
+        let e = check_name_with("other:nope", extra).unwrap_err().0;
+        assert!(e.ends_with(", other:lsm"), "{e}");
+        assert_eq!(known_engines_with(extra).last().unwrap(), "other:lsm");
+        let tmp = std::env::temp_dir().join(format!("woods-bench-extra-{}", std::process::id()));
+        let cfg = EngineConfig {
+            memory_bytes: 1 << 20,
+            direct_io: false,
+        };
+        let e = open_with("other:lsm", &tmp, &cfg, extra).unwrap();
+        e.put(b"k", b"v").unwrap();
+        assert_eq!(e.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        e.close().unwrap();
+        assert!(open_with("other:lsm", &tmp, &cfg, &[]).is_err());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn version_from_rocksdb_log() {
+        let tmp = std::env::temp_dir().join(format!("woods-bench-log-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        assert_eq!(rocksdb_log_version(&tmp), None);
+        std::fs::write(
+            tmp.join("LOG"),
+            "2026/11/22-10:00:00.000000 7f0 RocksDB version: 11.8.1\n\
+             2026/11/22-10:00:00.000001 7f0 Compile date 2026-08-04\n",
+        )
+        .unwrap();
+        assert_eq!(rocksdb_log_version(&tmp).as_deref(), Some("RocksDB 11.8.1"));
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

@@ -1,6 +1,10 @@
 //! RocksDB through the `rocksdb` crate, linked to the system's librocksdb (Debian's
 //! librocksdb-dev 7.8.3; `.cargo/config.toml` sets `ROCKSDB_LIB_DIR`). Every setting is
 //! listed in `docs/benchmarks.md`.
+//!
+//! `bench/rocksdb-current` compiles this same file against the newest `rocksdb` crate (RocksDB
+//! built from source) as the engine `rocksdb-current`: it reaches the bench through `super::`
+//! and `crate::metrics` only, and calls nothing that the two crate versions spell differently.
 
 use std::path::Path;
 use std::thread;
@@ -10,16 +14,20 @@ use rocksdb::{
     BlockBasedIndexType, BlockBasedOptions, Cache, DBCompressionType, Options, WriteOptions, DB,
 };
 
-use super::{BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
+use super::{rocksdb_log_version, BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
 use crate::metrics::direct_io_supported;
 
 /// A RocksDB database with the benchmark's settings.
 pub struct RocksDbEngine {
+    /// The command-line name (`rocksdb`, or `rocksdb-current` for the source build).
+    name: &'static str,
     db: Option<DB>,
     /// Kept for its statistics object, which the database shares.
     opts: Options,
     write_opts: WriteOptions,
     direct_io: bool,
+    /// From the LOG RocksDB wrote on open.
+    version: Option<String>,
     /// Keeps the block cache alive as long as the database.
     _cache: Cache,
 }
@@ -33,7 +41,7 @@ impl RocksDbEngine {
     /// compression off, a 10 bits/key bloom filter, index and filter blocks in the block cache,
     /// two write buffers of the budget's write-buffer share, the rest block cache, and direct
     /// I/O for reads, flushes and compactions when asked for and the file system allows it.
-    pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<RocksDbEngine> {
+    pub fn open(name: &'static str, dir: &Path, cfg: &EngineConfig) -> BenchResult<RocksDbEngine> {
         std::fs::create_dir_all(dir)
             .map_err(|e| BenchError::new(format!("creating {}: {e}", dir.display())))?;
         let direct_io = cfg.direct_io && direct_io_supported(dir);
@@ -70,10 +78,12 @@ impl RocksDbEngine {
         write_opts.set_sync(false);
         write_opts.disable_wal(false);
         Ok(RocksDbEngine {
+            name,
             db: Some(db),
             opts,
             write_opts,
             direct_io,
+            version: rocksdb_log_version(dir),
             _cache: cache,
         })
     }
@@ -101,7 +111,7 @@ impl RocksDbEngine {
 
 impl Engine for RocksDbEngine {
     fn name(&self) -> String {
-        "rocksdb".into()
+        self.name.into()
     }
 
     fn direct_io(&self) -> bool {
@@ -189,5 +199,9 @@ impl Engine for RocksDbEngine {
         // Dropping the handle closes the database and joins its background threads.
         drop(self.db.take());
         Ok(())
+    }
+
+    fn version(&self) -> Option<String> {
+        self.version.clone()
     }
 }
