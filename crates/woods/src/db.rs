@@ -101,6 +101,13 @@ struct Inner {
     writer: Mutex<WriterState>,
     mems: RwLock<MemState>,
     visible: AtomicU64,
+    /// Batches inserted into the memtable but not yet visible (an earlier batch is still being
+    /// inserted): first sequence number to last.
+    inserted: Mutex<std::collections::BTreeMap<u64, u64>>,
+    /// Writers sleeping in `wait_visible` until earlier batches are published.
+    publish_waiters: AtomicU64,
+    publish_lock: Mutex<()>,
+    publish_cv: Condvar,
     snapshots: Arc<Snapshots>,
     failure: Mutex<Option<String>>,
     closed: AtomicBool,
@@ -288,6 +295,10 @@ impl Db {
                 frozen: Vec::new(),
             }),
             visible: AtomicU64::new(last_seq),
+            inserted: Mutex::new(Default::default()),
+            publish_waiters: AtomicU64::new(0),
+            publish_lock: Mutex::new(()),
+            publish_cv: Condvar::new(),
             snapshots,
             failure: Mutex::new(None),
             closed: AtomicBool::new(false),
@@ -583,11 +594,18 @@ impl Inner {
             self.ensure_merge_operator()?;
         }
         self.apply_stall()?;
-        let pos;
-        {
+        let room_needed = batch.size_bytes() as u64;
+        let ub: u64 = batch
+            .ops
+            .iter()
+            .map(|(_, k, v)| (k.len() + v.len()) as u64)
+            .sum();
+        // Under the writer lock: room, sequence numbers, the log record (so the log holds batches
+        // in sequence order) and the memtable's room. The memtable inserts come after it, many
+        // writers at once, and each batch becomes visible in sequence order (`publish`).
+        let (mem, first, last, pos) = {
             let mut w = self.writer.lock();
             self.check_failed()?;
-            let room_needed = batch.size_bytes() as u64;
             if self.mems.read().active.bytes() + room_needed > self.opts.memtable_bytes {
                 drop(w);
                 self.make_room(room_needed)?;
@@ -599,28 +617,79 @@ impl Inner {
             if last > MAX_SEQ {
                 return Err(Error::InvalidOption("sequence numbers exhausted".into()));
             }
-            pos = match &self.wal {
+            let pos = match &self.wal {
                 Some(wal) => Some(self.note(wal.append(&batch.encode(first)))?),
                 None => None,
             };
             let mem = self.mems.read().active.clone();
-            for (i, (kind, k, v)) in batch.ops.iter().enumerate() {
-                mem.insert(k, first + i as u64, *kind, v);
-            }
+            mem.reserve(room_needed, ub);
             w.last_seq = last;
-            self.visible.store(last, Ordering::Release);
+            (mem, first, last, pos)
+        };
+        for (i, (kind, k, v)) in batch.ops.iter().enumerate() {
+            mem.insert_reserved(k, first + i as u64, *kind, v);
         }
+        drop(mem);
+        self.publish(first, last);
         self.counters.writes.fetch_add(1, Ordering::Relaxed);
-        let ub: usize = batch.ops.iter().map(|(_, k, v)| k.len() + v.len()).sum();
-        self.counters
-            .user_bytes
-            .fetch_add(ub as u64, Ordering::Relaxed);
+        self.counters.user_bytes.fetch_add(ub, Ordering::Relaxed);
         if durability == Durability::Sync {
             if let (Some(wal), Some(p)) = (&self.wal, pos) {
                 self.note(wal.sync_to(p))?;
             }
         }
         self.pace(batch.size_bytes() as u64)
+    }
+
+    /// Makes the batch `first..=last`, inserted into its memtable, visible to readers once every
+    /// earlier batch is inserted too, so that a reader at sequence number `s` sees every write
+    /// up to `s`, and returns when it is visible. Whichever writer completes the sequence
+    /// publishes the batches after it that are already inserted: a writer waits for earlier
+    /// writers' inserts, never for those writers to be scheduled again.
+    fn publish(&self, first: u64, last: u64) {
+        {
+            let mut done = self.inserted.lock();
+            if self.visible.load(Ordering::Acquire) + 1 != first {
+                done.insert(first, last);
+            } else {
+                let mut upto = last;
+                while let Some(l) = done.remove(&(upto + 1)) {
+                    upto = l;
+                }
+                // SeqCst pairs with the waiters' count (see `wait_visible`): either a waiter sees
+                // the new number before it sleeps, or this sees the waiter and wakes it.
+                self.visible.store(upto, Ordering::SeqCst);
+                if self.publish_waiters.load(Ordering::SeqCst) > 0 {
+                    let _g = self.publish_lock.lock();
+                    self.publish_cv.notify_all();
+                }
+            }
+        }
+        self.wait_visible(last);
+    }
+
+    /// Waits until every batch up to sequence number `seq` is inserted and visible. Those
+    /// writers hold no lock and only insert into a memtable, so the wait is usually short: spin a
+    /// little, yield a little, then sleep until a publication (a writer preempted while
+    /// inserting must not be fought for the processor by the ones waiting for it).
+    fn wait_visible(&self, seq: u64) {
+        for i in 0..96u32 {
+            if self.visible.load(Ordering::Acquire) >= seq {
+                return;
+            }
+            if i < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        self.publish_waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.publish_lock.lock();
+        while self.visible.load(Ordering::SeqCst) < seq {
+            self.publish_cv.wait(&mut g);
+        }
+        drop(g);
+        self.publish_waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     fn ensure_merge_operator(&self) -> Result<()> {
@@ -754,6 +823,9 @@ impl Inner {
     /// Freezes the active memtable, hands it to the index and starts a new one (and a new log
     /// file, `wal_number`, when logging).
     fn rotate_memtable(&self, w: &mut WriterState) -> Result<()> {
+        // Writers that took sequence numbers before this point insert into the active memtable
+        // outside the writer lock: it is complete once they have all published.
+        self.wait_visible(w.last_seq);
         let wal_number = w.next_wal;
         if let Some(wal) = &self.wal {
             self.note(wal.rotate(wal_number))?;
@@ -977,5 +1049,38 @@ impl Iterator for DbIter {
 impl Drop for DbIter {
     fn drop(&mut self) {
         self.inner.snapshots.release(self.seq);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch whose writer finishes first still becomes visible only after every earlier batch:
+    /// `publish` of sequence numbers 2..=3 waits for the writer of 1.
+    #[test]
+    fn publish_waits_for_earlier_batches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let inner = db.inner.clone();
+        let base = inner.visible.load(Ordering::Acquire);
+        let started = Arc::new(AtomicBool::new(false));
+        let later = {
+            let (inner, started) = (inner.clone(), started.clone());
+            std::thread::spawn(move || {
+                started.store(true, Ordering::Release);
+                inner.publish(base + 2, base + 3);
+            })
+        };
+        while !started.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        for _ in 0..200_000 {
+            assert_eq!(inner.visible.load(Ordering::Acquire), base);
+        }
+        assert!(!later.is_finished(), "the later batch was published first");
+        inner.publish(base + 1, base + 1);
+        later.join().expect("later writer");
+        assert_eq!(inner.visible.load(Ordering::Acquire), base + 3);
     }
 }

@@ -535,6 +535,10 @@ fn concurrency_test(kind: IndexKind) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = Arc::new(Db::open(dir.path(), small_options(&kind)).expect("open"));
     let per_writer = 6_000 * scale();
+    // Every put below takes one sequence number: a view at sequence number s must hold exactly
+    // s - base of the keys (writers insert into the memtable concurrently, and a batch must not
+    // become visible before every earlier one is in).
+    let base = db.snapshot().seq();
     let writers: Vec<_> = (0..2u8)
         .map(|w| {
             let db = db.clone();
@@ -555,7 +559,8 @@ fn concurrency_test(kind: IndexKind) {
                     // Each writer writes its keys in order, so a consistent view holds a prefix of
                     // each writer's keys.
                     let mut counts = [0u64; 2];
-                    for r in db.iter().expect("iter") {
+                    let snap = db.snapshot();
+                    for r in snap.range::<std::ops::RangeFull>(..).expect("iter") {
                         let (k, v) = r.expect("scan");
                         let w = (k[1] - b'0') as usize;
                         let i = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
@@ -565,6 +570,12 @@ fn concurrency_test(kind: IndexKind) {
                         );
                         counts[w] += 1;
                     }
+                    assert_eq!(
+                        counts.iter().sum::<u64>(),
+                        snap.seq() - base,
+                        "{name}: the view at sequence number {} misses writes before it",
+                        snap.seq()
+                    );
                     rounds += 1;
                     if counts.iter().all(|&c| c == per_writer) || rounds > 200 {
                         return rounds;
