@@ -97,6 +97,12 @@ fn columns() -> Vec<Column> {
             ratio: true,
         },
         Column {
+            header: "max wait",
+            value: |p| Some(p.own.write_waits?.max_ns() as f64).filter(|_| p.workload.writes()),
+            show: ns,
+            ratio: true,
+        },
+        Column {
             header: "WA",
             value: |p| p.write_amp,
             show: amp,

@@ -533,6 +533,7 @@ impl Engine for LevelDbEngine {
             written: None,
             wal_written: Some(self.wal.lock().map_or(0, |m| m.bytes)),
             user_read: None,
+            ..Default::default()
         }
     }
 

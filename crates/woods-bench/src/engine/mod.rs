@@ -85,6 +85,30 @@ pub struct OwnCounters {
     pub wal_written: Option<u64>,
     /// Bytes read from the device to serve user reads, if the engine counts them.
     pub user_read: Option<u64>,
+    /// How long writes waited inside the engine for its background work, where it records
+    /// that (woods: the Db's stall and pacing counters).
+    #[serde(default)]
+    pub write_waits: Option<WriteWaits>,
+}
+
+/// What an engine records of the time writes spent waiting for index work or memtable room:
+/// woods' stalls (a full memtable, LevelDB's L0 rules for `lsm`) and debt pacing (index work a
+/// writer does inline), from `Db::stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteWaits {
+    pub stalls: u64,
+    pub stall_total_ns: u64,
+    pub stall_max_ns: u64,
+    pub paced: u64,
+    pub pacing_total_ns: u64,
+    pub pacing_max_ns: u64,
+}
+
+impl WriteWaits {
+    /// The longest single wait of either kind.
+    pub fn max_ns(&self) -> u64 {
+        self.stall_max_ns.max(self.pacing_max_ns)
+    }
 }
 
 /// One engine behind the benchmark: opened in a directory with an [`EngineConfig`], then

@@ -192,6 +192,7 @@ impl Engine for RocksDbEngine {
             written,
             wal_written: wal,
             user_read: None,
+            ..Default::default()
         }
     }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use woods::storage::Purpose;
 use woods::{Db, IndexKind, Options};
 
-use super::{BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
+use super::{BenchError, BenchResult, Engine, EngineConfig, OwnCounters, WriteWaits};
 
 /// A woods database with one index kind.
 pub struct WoodsEngine {
@@ -88,11 +88,21 @@ impl Engine for WoodsEngine {
     }
 
     fn counters(&self) -> OwnCounters {
-        let io = self.db.stats().io;
+        let st = self.db.stats();
+        let io = st.io;
+        let ns = |d: std::time::Duration| d.as_nanos().min(u64::MAX as u128) as u64;
         OwnCounters {
             written: Some(io.total_written()),
             wal_written: Some(io.written(Purpose::Wal)),
             user_read: Some(io.read(Purpose::UserRead)),
+            write_waits: Some(WriteWaits {
+                stalls: st.stalls,
+                stall_total_ns: ns(st.stall_total),
+                stall_max_ns: ns(st.stall_max),
+                paced: st.pacing_delays,
+                pacing_total_ns: ns(st.pacing_total),
+                pacing_max_ns: ns(st.pacing_max),
+            }),
         }
     }
 
