@@ -27,6 +27,9 @@ pub mod run;
 pub mod storage;
 pub mod wal;
 
+#[cfg(test)]
+mod testutil;
+
 pub use batch::WriteBatch;
 pub use db::{Db, DbIter, Snapshot, Stats};
 pub use entry::{Entry, Kind, MAX_KEY_LEN, MAX_VALUE_LEN};

@@ -14,21 +14,9 @@ use super::*;
 use crate::cache::Cache;
 use crate::entry::codec::Reader;
 use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PAGE_BODY};
+use crate::testutil::seed;
 
 const DATA: &str = "/db/data";
-
-fn seed() -> u64 {
-    let s = std::env::var("WOODS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("WOODS_SEED={s}");
-    s
-}
 
 fn store() -> (FaultFs, Arc<PageFile>) {
     let fs = FaultFs::new();

@@ -15,21 +15,9 @@ use crate::index::Snapshots;
 use crate::manifest::Manifest;
 use crate::merge::{resolve, Resolver};
 use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PageFile};
+use crate::testutil::seed;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
-
-fn seed() -> u64 {
-    let s = std::env::var("WOODS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("WOODS_SEED={s}");
-    s
-}
 
 fn params() -> LsmParams {
     LsmParams {
