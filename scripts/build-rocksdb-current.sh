@@ -15,5 +15,6 @@ cd bench/rocksdb-current
 # in case cargo is started from elsewhere.
 export ROCKSDB_COMPILE=1
 export CXXFLAGS="${CXXFLAGS:--march=native}"
-cargo build --release --locked "$@"
+# Not --locked: the lockfile pins RocksDB, and woods-bench's own dependencies may have grown since.
+cargo build --release "$@"
 echo "built $(pwd)/target/release/woods-bench-rc" >&2
