@@ -156,8 +156,8 @@ pub fn print_stats(kind: &IndexKind, s: &Stats) -> io::Result<()> {
     writeln!(o, "  size              {}", bytes(s.file_bytes))?;
     writeln!(
         o,
-        "  pages             {} ({} free)",
-        s.file_pages, s.free_pages
+        "  pages             {} ({} free; {} freed since open punched out of the file)",
+        s.file_pages, s.free_pages, s.punched_pages
     )?;
     Ok(())
 }

@@ -76,6 +76,8 @@ pub struct Stats {
     pub file_bytes: u64,
     pub file_pages: u64,
     pub free_pages: u64,
+    /// Pages freed since open and punched out of the data file (given back to the file system).
+    pub punched_pages: u64,
 }
 
 struct MemState {
@@ -951,6 +953,7 @@ impl Inner {
             file_bytes: self.store.file_len().unwrap_or(0),
             file_pages: alloc.end(),
             free_pages: alloc.free_pages(),
+            punched_pages: alloc.punch_stats().0,
         }
     }
 

@@ -377,6 +377,19 @@ impl File for FaultFile {
         })
     }
 
+    /// Zeros the range like a hole (within the file's length). Not a fault point: a failed
+    /// punch costs only space, so fault plans count writes and syncs alone.
+    fn punch_hole(&self, off: u64, len: u64) -> Result<()> {
+        self.with(|s, id| {
+            if let Some(f) = s.files.get_mut(&id) {
+                let end = (off.saturating_add(len) as usize).min(f.current.len());
+                let start = (off as usize).min(end);
+                f.current[start..end].fill(0);
+            }
+            Ok(())
+        })
+    }
+
     fn is_direct(&self) -> bool {
         false
     }

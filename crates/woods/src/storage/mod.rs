@@ -62,6 +62,12 @@ pub trait File: Send + Sync {
     fn len(&self) -> Result<u64>;
     fn set_len(&self, len: u64) -> Result<()>;
     fn is_direct(&self) -> bool;
+    /// Gives the space of `len` bytes at `off` back to the file system (a hole reading as
+    /// zeros; the file's length is unchanged). Only for bytes nothing will read again before
+    /// overwriting them. A file system that cannot punch holes does nothing.
+    fn punch_hole(&self, _off: u64, _len: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Why a device read or write happened; every counter is kept per purpose.

@@ -37,6 +37,7 @@ impl PageFile {
         alloc: Allocator,
         counters: Arc<IoCounters>,
     ) -> PageFile {
+        alloc.punch_holes_in(file.clone());
         PageFile {
             file,
             cache,

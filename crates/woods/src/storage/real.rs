@@ -168,6 +168,34 @@ impl File for RealFile {
             .map_err(|e| Error::io(format!("resizing {}", self.name), e))
     }
 
+    fn punch_hole(&self, off: u64, len: u64) -> Result<()> {
+        let (Ok(o), Ok(l)) = (i64::try_from(off), i64::try_from(len)) else {
+            return Ok(());
+        };
+        // SAFETY: fallocate on a descriptor this file owns, with in-range offsets; it touches no
+        // memory of ours.
+        let r = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                o,
+                l,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            // Not supported by this file system: the space stays allocated, nothing is wrong.
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+            _ => Err(Error::io(
+                format!("punching a hole of {len} bytes at {off} in {}", self.name),
+                e,
+            )),
+        }
+    }
+
     fn is_direct(&self) -> bool {
         self.direct
     }
