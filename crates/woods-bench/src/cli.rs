@@ -82,6 +82,13 @@ read
   CPU time, per-second throughput, peak RSS (getrusage)
   peak mem           peak memory charged to the engine's cgroup in the phase, page cache \
 included
+  device WA          (JSON and summary.md, phases that write) bytes the block device under --dir \
+wrote in the phase (sectors written in /sys/dev/block/MAJ:MIN/stat, or /proc/diskstats, read \
+after syncing the file system before the engine opens and after it closes) ÷ key and value \
+bytes. The device counts every process on the machine and the file system's journal, so this is \
+an upper bound of WA; a phase where the device wrote less than 95% of what /proc says the \
+engine's process wrote is flagged with a WARNING (its WA is then suspect). Without a block \
+device (tmpfs, overlayfs) the reason is recorded instead.
 
 Memory: every engine gets the same budget, --cache-bytes: a quarter of it (at most 64 MiB) is \
 two write buffers, the rest block/page cache. The budget is total memory, OS page cache \
@@ -609,6 +616,7 @@ fn run_parent(
              so WA is meaningless; use --dir on the device to measure"
         );
     }
+    device_notes(&mut out, &results, &machine);
     if !memory.enforcement.enforced() {
         let _ = writeln!(
             out,
@@ -660,6 +668,38 @@ fn run_parent(
         );
     }
     Ok(failures.is_empty())
+}
+
+/// The device cross-check of write amplification, under the table: a warning for every phase
+/// whose device wrote less than /proc says its engine's process wrote, why the device could not
+/// be read, or that it saw enough.
+fn device_notes(out: &mut impl Write, results: &[EngineResult], machine: &Machine) {
+    let writes = || {
+        results
+            .iter()
+            .flat_map(|r| r.phases.iter().map(move |p| (r, p)))
+            .filter(|(_, p)| p.workload.writes())
+    };
+    let mut warned = false;
+    for (r, p) in writes() {
+        if let Some(w) = &p.device_warning {
+            let _ = writeln!(out, "WARNING: {} {}: {w}", r.engine, p.workload.name());
+            warned = true;
+        }
+    }
+    if let Some(why) = writes().find_map(|(_, p)| p.device_unreadable.as_ref()) {
+        let _ = writeln!(out, "note: no device cross-check of WA: {why}");
+    } else if !warned && writes().any(|(_, p)| p.device_written.is_some()) {
+        let _ = writeln!(
+            out,
+            "device cross-check: {} wrote at least {:.0}% of what /proc counted in every phase \
+             that wrote {} or more (device WA, an upper bound with other processes' writes, in \
+             the JSON and summary.md)",
+            machine.block_device.as_deref().unwrap_or("the device"),
+            100.0 * crate::device::MIN_DEVICE_SHARE,
+            report::bytes(crate::device::MIN_CHECKED_BYTES as f64),
+        );
+    }
 }
 
 /// Runs one engine's child: in a memory cgroup of `limit` bytes made for it when `cgroups`

@@ -38,6 +38,7 @@ pub mod cgroup;
 pub mod charts;
 pub mod child;
 pub mod cli;
+pub mod device;
 pub mod dist;
 pub mod engine;
 pub mod expected;
