@@ -84,7 +84,7 @@ read
 included
   device WA          (JSON and summary.md, phases that write) bytes the block device under --dir \
 wrote in the phase (sectors written in /sys/dev/block/MAJ:MIN/stat, or /proc/diskstats, read \
-after syncing the file system before the engine opens and after it closes) ÷ key and value \
+after syncing the engine's files before it opens and after it closes) ÷ key and value \
 bytes. The device counts every process on the machine and the file system's journal, so this is \
 an upper bound of WA; a phase where the device wrote less than 95% of what /proc says the \
 engine's process wrote is flagged with a WARNING (its WA is then suspect). Without a block \

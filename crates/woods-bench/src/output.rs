@@ -334,7 +334,7 @@ fn device_section(rep: &BenchReport) -> Option<String> {
          For each phase that writes, what the engine's process wrote by `/proc/self/io` \
          (`write_bytes` − `cancelled_write_bytes`, the WA of the tables above) and what {device} \
          wrote (sectors written × 512), both from before the engine opened to after it closed, \
-         the file system synced before each reading. The device also counts every other \
+         the engine's files synced before each reading. The device also counts every other \
          process's writes and the file system's own (journal, inodes), so its WA is an upper \
          bound of the engine's; the check is that it saw at least {:.0}% of the `/proc` figure \
          (from {} written): less means `/proc` counted writes that never reached the device.\n\n{}",
