@@ -90,6 +90,13 @@ an upper bound of WA; a phase where the device wrote less than 95% of what /proc
 engine's process wrote is flagged with a WARNING (its WA is then suspect). Without a block \
 device (tmpfs, overlayfs) the reason is recorded instead.
 
+Durability: every engine writes its log (LMDB and redb, which have none: commits each write) \
+without syncing it per write. --sync syncs every write (load puts, updates, read-modify-writes, \
+inserts, deletes) to the device before it returns: woods Durability::Sync, RocksDB and LevelDB \
+sync = true, LMDB without NO_SYNC (each commit fdatasyncs), fjall persist(SyncData) after each \
+write, redb Durability::Immediate. The table, summary.md and the JSON say whether a run was \
+synced.
+
 Memory: every engine gets the same budget, --cache-bytes: a quarter of it (at most 64 MiB) is \
 two write buffers, the rest block/page cache. The budget is total memory, OS page cache \
 included: where the bench can make memory cgroups (root, cgroup v1 memory controller or cgroup \
@@ -169,6 +176,12 @@ pub struct BenchArgs {
     /// Seed of the values, the load order and every random choice.
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
+    /// Sync every write to the device before it returns, in every engine (woods
+    /// Durability::Sync, RocksDB and LevelDB sync = true, LMDB without NO_SYNC, fjall
+    /// persist(SyncData), redb Durability::Immediate) [default: writes go to the OS, not
+    /// synced per write].
+    #[arg(long)]
+    pub sync: bool,
     /// Also write every figure as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -337,6 +350,15 @@ pub fn describe(phases: &[Phase]) -> String {
         .join(", ")
 }
 
+/// How a run's writes were made durable, for its messages and summary.
+pub fn sync_words(sync: bool) -> &'static str {
+    if sync {
+        "every write SYNCED to the device (--sync)"
+    } else {
+        "writes not synced per write (--sync not given)"
+    }
+}
+
 /// How the memory budget was given and held.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct MemoryReport {
@@ -376,6 +398,9 @@ pub struct BenchReport {
     pub value_size: usize,
     pub memory_bytes: u64,
     pub direct_io_requested: bool,
+    /// `--sync`: every write of every engine was synced to the device before it returned.
+    #[serde(default)]
+    pub sync: bool,
     pub seed: u64,
     pub results: Vec<EngineResult>,
     /// Engines that failed, with why.
@@ -439,6 +464,7 @@ fn run_parent(
     let config = EngineConfig {
         memory_bytes,
         direct_io,
+        sync: args.sync,
     };
     let split = config.split();
     let spec_for = |name: &str, dir: PathBuf| RunSpec {
@@ -501,8 +527,8 @@ fn run_parent(
     let _ = writeln!(
         err,
         "woods bench: {records} records of {}+{} bytes ({}); phases {}; {} client thread(s); \
-         memory budget {} per engine (cache {}, write buffers 2 x {}), direct I/O {}, seed {}, \
-         databases under {} ({})",
+         memory budget {} per engine (cache {}, write buffers 2 x {}), direct I/O {}, {}, seed \
+         {}, databases under {} ({})",
         args.key_size,
         args.value_size,
         report::bytes(data as f64),
@@ -512,6 +538,7 @@ fn run_parent(
         report::bytes(split.cache_bytes as f64),
         report::bytes(split.write_buffer_bytes as f64),
         if direct_io { "requested" } else { "off" },
+        sync_words(args.sync),
         args.seed,
         base.display(),
         machine
@@ -604,6 +631,12 @@ fn run_parent(
     if smoke {
         let _ = writeln!(out, "SMOKE RUN: not a result (run with --records for one)");
     }
+    if args.sync {
+        let _ = writeln!(
+            out,
+            "SYNCED WRITES (--sync): every write of every engine was synced to the device"
+        );
+    }
     let _ = write!(out, "{}", report::table(&results));
     if results.iter().any(|r| {
         r.phases
@@ -649,6 +682,7 @@ fn run_parent(
         value_size: args.value_size,
         memory_bytes,
         direct_io_requested: direct_io,
+        sync: args.sync,
         seed: args.seed,
         results,
         failures: failures.clone(),

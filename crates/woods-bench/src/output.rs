@@ -110,6 +110,13 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
              not a result.\n"
         );
     }
+    if rep.sync {
+        let _ = writeln!(
+            s,
+            "> **Synced writes** (`--sync`): every write of every engine was synced to the \
+             device before it returned; compare these figures only with other synced runs.\n"
+        );
+    }
     let _ = writeln!(s, "```\n{}\n```\n", rep.command);
     let _ = writeln!(
         s,
@@ -216,13 +223,19 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
     let data = rep.records * (rep.key_size + rep.value_size) as u64;
     let _ = writeln!(
         s,
-        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); seed {}",
+        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); {}; seed \
+         {}",
         rep.records,
         rep.key_size,
         rep.value_size,
         report::bytes(data as f64),
         crate::cli::describe(&rep.phases),
         rep.threads,
+        if rep.sync {
+            "**every write synced** to the device (`--sync`)"
+        } else {
+            "writes not synced per write (no `--sync`)"
+        },
         rep.seed
     );
     let _ = writeln!(

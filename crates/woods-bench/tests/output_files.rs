@@ -21,6 +21,7 @@ fn run(dir: &Path, engine: &str) -> EngineResult {
         config: EngineConfig {
             memory_bytes: 2 << 20,
             direct_io: true,
+            sync: false,
         },
         phases: vec![
             phase(Workload::FillRandom, 0),
@@ -93,6 +94,7 @@ fn out_dir_holds_json_charts_and_summary() {
         value_size: 100,
         memory_bytes: 2 << 20,
         direct_io_requested: true,
+        sync: false,
         seed: 5,
         results,
         failures: vec![("woods:nope".into(), "it fell over".into())],
