@@ -82,6 +82,20 @@ read
   CPU time, per-second throughput, peak RSS (getrusage)
   peak mem           peak memory charged to the engine's cgroup in the phase, page cache \
 included
+  device WA          (JSON and summary.md, phases that write) bytes the block device under --dir \
+wrote in the phase (sectors written in /sys/dev/block/MAJ:MIN/stat, or /proc/diskstats, read \
+after syncing the engine's files before it opens and after it closes) ÷ key and value \
+bytes. The device counts every process on the machine and the file system's journal, so this is \
+an upper bound of WA; a phase where the device wrote less than 95% of what /proc says the \
+engine's process wrote is flagged with a WARNING (its WA is then suspect). Without a block \
+device (tmpfs, overlayfs) the reason is recorded instead.
+
+Durability: every engine writes its log (LMDB and redb, which have none: commits each write) \
+without syncing it per write. --sync syncs every write (load puts, updates, read-modify-writes, \
+inserts, deletes) to the device before it returns: woods Durability::Sync, RocksDB and LevelDB \
+sync = true, LMDB without NO_SYNC (each commit fdatasyncs), fjall persist(SyncData) after each \
+write, redb Durability::Immediate. The table, summary.md and the JSON say whether a run was \
+synced.
 
 Memory: every engine gets the same budget, --cache-bytes: a quarter of it (at most 64 MiB) is \
 two write buffers, the rest block/page cache. The budget is total memory, OS page cache \
@@ -162,6 +176,12 @@ pub struct BenchArgs {
     /// Seed of the values, the load order and every random choice.
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
+    /// Sync every write to the device before it returns, in every engine (woods
+    /// Durability::Sync, RocksDB and LevelDB sync = true, LMDB without NO_SYNC, fjall
+    /// persist(SyncData), redb Durability::Immediate) [default: writes go to the OS, not
+    /// synced per write].
+    #[arg(long)]
+    pub sync: bool,
     /// Also write every figure as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -330,6 +350,15 @@ pub fn describe(phases: &[Phase]) -> String {
         .join(", ")
 }
 
+/// How a run's writes were made durable, for its messages and summary.
+pub fn sync_words(sync: bool) -> &'static str {
+    if sync {
+        "every write SYNCED to the device (--sync)"
+    } else {
+        "writes not synced per write (--sync not given)"
+    }
+}
+
 /// How the memory budget was given and held.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct MemoryReport {
@@ -369,6 +398,9 @@ pub struct BenchReport {
     pub value_size: usize,
     pub memory_bytes: u64,
     pub direct_io_requested: bool,
+    /// `--sync`: every write of every engine was synced to the device before it returned.
+    #[serde(default)]
+    pub sync: bool,
     pub seed: u64,
     pub results: Vec<EngineResult>,
     /// Engines that failed, with why.
@@ -432,6 +464,7 @@ fn run_parent(
     let config = EngineConfig {
         memory_bytes,
         direct_io,
+        sync: args.sync,
     };
     let split = config.split();
     let spec_for = |name: &str, dir: PathBuf| RunSpec {
@@ -494,8 +527,8 @@ fn run_parent(
     let _ = writeln!(
         err,
         "woods bench: {records} records of {}+{} bytes ({}); phases {}; {} client thread(s); \
-         memory budget {} per engine (cache {}, write buffers 2 x {}), direct I/O {}, seed {}, \
-         databases under {} ({})",
+         memory budget {} per engine (cache {}, write buffers 2 x {}), direct I/O {}, {}, seed \
+         {}, databases under {} ({})",
         args.key_size,
         args.value_size,
         report::bytes(data as f64),
@@ -505,6 +538,7 @@ fn run_parent(
         report::bytes(split.cache_bytes as f64),
         report::bytes(split.write_buffer_bytes as f64),
         if direct_io { "requested" } else { "off" },
+        sync_words(args.sync),
         args.seed,
         base.display(),
         machine
@@ -597,6 +631,12 @@ fn run_parent(
     if smoke {
         let _ = writeln!(out, "SMOKE RUN: not a result (run with --records for one)");
     }
+    if args.sync {
+        let _ = writeln!(
+            out,
+            "SYNCED WRITES (--sync): every write of every engine was synced to the device"
+        );
+    }
     let _ = write!(out, "{}", report::table(&results));
     if results.iter().any(|r| {
         r.phases
@@ -609,6 +649,7 @@ fn run_parent(
              so WA is meaningless; use --dir on the device to measure"
         );
     }
+    device_notes(&mut out, &results, &machine);
     if !memory.enforcement.enforced() {
         let _ = writeln!(
             out,
@@ -641,6 +682,7 @@ fn run_parent(
         value_size: args.value_size,
         memory_bytes,
         direct_io_requested: direct_io,
+        sync: args.sync,
         seed: args.seed,
         results,
         failures: failures.clone(),
@@ -660,6 +702,38 @@ fn run_parent(
         );
     }
     Ok(failures.is_empty())
+}
+
+/// The device cross-check of write amplification, under the table: a warning for every phase
+/// whose device wrote less than /proc says its engine's process wrote, why the device could not
+/// be read, or that it saw enough.
+fn device_notes(out: &mut impl Write, results: &[EngineResult], machine: &Machine) {
+    let writes = || {
+        results
+            .iter()
+            .flat_map(|r| r.phases.iter().map(move |p| (r, p)))
+            .filter(|(_, p)| p.workload.writes())
+    };
+    let mut warned = false;
+    for (r, p) in writes() {
+        if let Some(w) = &p.device_warning {
+            let _ = writeln!(out, "WARNING: {} {}: {w}", r.engine, p.workload.name());
+            warned = true;
+        }
+    }
+    if let Some(why) = writes().find_map(|(_, p)| p.device_unreadable.as_ref()) {
+        let _ = writeln!(out, "note: no device cross-check of WA: {why}");
+    } else if !warned && writes().any(|(_, p)| p.device_written.is_some()) {
+        let _ = writeln!(
+            out,
+            "device cross-check: {} wrote at least {:.0}% of what /proc counted in every phase \
+             that wrote {} or more (device WA, an upper bound with other processes' writes, in \
+             the JSON and summary.md)",
+            machine.block_device.as_deref().unwrap_or("the device"),
+            100.0 * crate::device::MIN_DEVICE_SHARE,
+            report::bytes(crate::device::MIN_CHECKED_BYTES as f64),
+        );
+    }
 }
 
 /// Runs one engine's child: in a memory cgroup of `limit` bytes made for it when `cgroups`

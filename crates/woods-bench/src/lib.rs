@@ -14,7 +14,7 @@
 //! let spec = RunSpec {
 //!     engine: "woods:lsm".into(),
 //!     dir: dir.clone(),
-//!     config: EngineConfig { memory_bytes: 4 << 20, direct_io: true },
+//!     config: EngineConfig { memory_bytes: 4 << 20, direct_io: true, sync: false },
 //!     phases: vec![phase(Workload::YcsbLoad, 0), phase(Workload::YcsbA, 500)],
 //!     records: 1000,
 //!     key_size: 24,
@@ -38,6 +38,7 @@ pub mod cgroup;
 pub mod charts;
 pub mod child;
 pub mod cli;
+pub mod device;
 pub mod dist;
 pub mod engine;
 pub mod expected;

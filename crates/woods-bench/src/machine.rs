@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup;
+use crate::device::BlockDevice;
 use crate::metrics;
 
 /// What the summary says about the machine and the directory of the databases.
@@ -28,12 +29,22 @@ pub struct Machine {
     pub device: Option<String>,
     /// Whether a file there opens with O_DIRECT (each engine reports whether it used it).
     pub direct_io_supported: bool,
+    /// The block device whose write counts cross-check write amplification (`vda (254:0)`),
+    /// and the file they are read from.
+    #[serde(default)]
+    pub block_device: Option<String>,
+    #[serde(default)]
+    pub block_device_counts: Option<String>,
+    /// Why no block device's counts can be read for the directory.
+    #[serde(default)]
+    pub block_device_why_not: Option<String>,
 }
 
 impl Machine {
     /// This machine, with `dir` (which must exist) holding the databases.
     pub fn probe(dir: &Path) -> Machine {
         let fs_of = cgroup::file_system_of(dir);
+        let block = BlockDevice::of(dir).and_then(|d| d.written_bytes().map(|_| d));
         Machine {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu_model: fs::read_to_string("/proc/cpuinfo").ok().and_then(|t| {
@@ -59,6 +70,9 @@ impl Machine {
             mount_point: fs_of.as_ref().map(|f| f.0.display().to_string()),
             device: fs_of.map(|f| f.2),
             direct_io_supported: metrics::direct_io_supported(dir),
+            block_device: block.as_ref().ok().map(BlockDevice::label),
+            block_device_counts: block.as_ref().ok().map(|d| d.source.display().to_string()),
+            block_device_why_not: block.err(),
         }
     }
 }

@@ -26,7 +26,17 @@ impl ProcIo {
     /// The current counters, or `None` where `/proc/self/io` cannot be read (no task I/O
     /// accounting in the kernel, or not Linux).
     pub fn now() -> Option<ProcIo> {
-        let text = fs::read_to_string("/proc/self/io").ok()?;
+        ProcIo::parse(&fs::read_to_string("/proc/self/io").ok()?)
+    }
+
+    /// The counters of the calling thread alone (`/proc/thread-self/io`): what it dirtied or
+    /// submitted itself, not the engine's background threads.
+    pub fn this_thread() -> Option<ProcIo> {
+        ProcIo::parse(&fs::read_to_string("/proc/thread-self/io").ok()?)
+    }
+
+    /// The counters in the text of a `/proc/.../io` file.
+    pub fn parse(text: &str) -> Option<ProcIo> {
         let field = |name: &str| -> Option<u64> {
             text.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))

@@ -110,6 +110,13 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
              not a result.\n"
         );
     }
+    if rep.sync {
+        let _ = writeln!(
+            s,
+            "> **Synced writes** (`--sync`): every write of every engine was synced to the \
+             device before it returned; compare these figures only with other synced runs.\n"
+        );
+    }
     let _ = writeln!(s, "```\n{}\n```\n", rep.command);
     let _ = writeln!(
         s,
@@ -134,6 +141,23 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
             _ => String::new(),
         }
     );
+    match (&m.block_device, &m.block_device_why_not) {
+        (Some(d), _) => {
+            let _ = writeln!(
+                s,
+                "- **Device writes**: `{d}`, from `{}` (see [Write amplification on the \
+                 device](#write-amplification-on-the-device))",
+                m.block_device_counts.as_deref().unwrap_or("?")
+            );
+        }
+        (None, Some(why)) => {
+            let _ = writeln!(
+                s,
+                "- **Device writes**: not readable ({why}): WA is from `/proc` only"
+            );
+        }
+        (None, None) => {}
+    }
     let names = |direct: bool| -> Vec<String> {
         rep.results
             .iter()
@@ -199,13 +223,19 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
     let data = rep.records * (rep.key_size + rep.value_size) as u64;
     let _ = writeln!(
         s,
-        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); seed {}",
+        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); {}; seed \
+         {}",
         rep.records,
         rep.key_size,
         rep.value_size,
         report::bytes(data as f64),
         crate::cli::describe(&rep.phases),
         rep.threads,
+        if rep.sync {
+            "**every write synced** to the device (`--sync`)"
+        } else {
+            "writes not synced per write (no `--sync`)"
+        },
         rep.seed
     );
     let _ = writeln!(
@@ -228,6 +258,9 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
             rep.results[0].engine,
             r.markdown()
         );
+    }
+    if let Some(d) = device_section(rep) {
+        let _ = writeln!(s, "{d}");
     }
     if !rep.failures.is_empty() {
         let _ = writeln!(s, "## Failures\n");
@@ -252,6 +285,76 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
         }
     }
     s
+}
+
+/// The phases that write, one row each: what `/proc` and the block device say was written, as
+/// bytes and as WA, and whether the device saw at least 95% of what `/proc` counted. `None`
+/// when no phase writes.
+pub fn device_table(rep: &BenchReport) -> Option<report::Grid> {
+    let header = [
+        "engine",
+        "phase",
+        "user bytes",
+        "/proc written",
+        "device written",
+        "WA",
+        "device WA",
+        "check",
+    ];
+    let amp = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let size = |v: Option<u64>| v.map_or("-".to_string(), |v| report::bytes(v as f64));
+    let mut rows = Vec::new();
+    for r in &rep.results {
+        for p in r.phases.iter().filter(|p| p.workload.writes()) {
+            let check = match (&p.device_warning, &p.device_unreadable, p.device_written) {
+                (Some(w), _, _) => format!("**LOW**: {w}"),
+                (None, Some(why), _) => why.clone(),
+                (None, None, Some(_)) => "ok".to_string(),
+                (None, None, None) => "-".to_string(),
+            };
+            rows.push(vec![
+                r.engine.clone(),
+                p.workload.name().to_string(),
+                report::bytes(p.user_bytes as f64),
+                size(p.proc_written),
+                size(p.device_written),
+                amp(p.write_amp),
+                amp(p.device_write_amp),
+                check,
+            ]);
+        }
+    }
+    (!rows.is_empty()).then(|| report::Grid {
+        header: header.iter().map(|h| h.to_string()).collect(),
+        rows,
+        left: 2,
+        text: 2,
+    })
+}
+
+/// The summary's section on the device cross-check of write amplification.
+fn device_section(rep: &BenchReport) -> Option<String> {
+    let table = device_table(rep)?;
+    let device = rep
+        .machine
+        .block_device
+        .as_deref()
+        .map_or("the block device under `--dir`".to_string(), |d| {
+            format!("the block device under `--dir`, `{d}`")
+        });
+    Some(format!(
+        "## Write amplification on the device\n\n\
+         For each phase that writes, what the engine's process wrote by `/proc/self/io` \
+         (`write_bytes` − `cancelled_write_bytes`, the WA of the tables above) and what {device} \
+         wrote (sectors written × 512), both from before the engine opened to after it closed, \
+         the engine's files synced before each reading. The device also counts every other \
+         process's writes and the file system's own (journal, inodes), so its WA is an upper \
+         bound of the engine's; the check is that it saw at least {:.0}% of the `/proc` figure \
+         (from {} written): less means `/proc` counted writes that never reached the device.\n\n{}",
+        100.0 * crate::device::MIN_DEVICE_SHARE,
+        report::bytes(crate::device::MIN_CHECKED_BYTES as f64),
+        table.markdown()
+    ))
 }
 
 /// Writes `bench.json`, the charts and `summary.md` into `dir` (made if missing). Returns the

@@ -56,6 +56,7 @@ fn every_engine_in_a_child() {
             config: EngineConfig {
                 memory_bytes: 2 << 20,
                 direct_io: true,
+                sync: false,
             },
             phases: vec![
                 Phase {
@@ -97,6 +98,7 @@ fn ycsb_scans_and_deletes_in_children() {
             config: EngineConfig {
                 memory_bytes: 2 << 20,
                 direct_io: true,
+                sync: false,
             },
             phases: vec![
                 phase(Workload::YcsbLoad, 0),
@@ -168,6 +170,63 @@ fn the_binary_writes_a_table_and_json() {
         check(r, &name);
     }
     assert!(!tmp.path().join("dbs").join("woods-lsm").exists());
+}
+
+#[test]
+fn a_synced_run_says_so_everywhere() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let out = Command::new(exe())
+        .args(["--engines", "woods:lsm", "--records", "300", "--sync"])
+        .args(["--workloads", "fillrandom,deleterandom:50,readrandom:100"])
+        .arg("--dir")
+        .arg(tmp.path().join("dbs"))
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("SYNCED WRITES (--sync)"), "{stdout}");
+    assert!(stderr.contains("every write SYNCED"), "{stderr}");
+    let rep: woods_bench::cli::BenchReport = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.join(woods_bench::output::JSON_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert!(rep.sync);
+    let r = &rep.results[0];
+    assert!(r.spec.config.sync, "the child was told to sync");
+    // The child synced: woods' own count has a sync per put of the load and per delete.
+    let load = r.phase(Workload::FillRandom).unwrap();
+    assert!(load.own.syncs.unwrap() >= 300, "{:?}", load.own);
+    let del = r.phase(Workload::DeleteRandom).unwrap();
+    assert!(del.own.syncs.unwrap() >= 50, "{:?}", del.own);
+    // Phases that write have a device figure or the reason they have none; reads have neither.
+    for p in [load, del] {
+        assert!(
+            p.device_written.is_some() != p.device_unreadable.is_some(),
+            "{p:?}"
+        );
+    }
+    let read = r.phase(Workload::ReadRandom).unwrap();
+    assert_eq!(
+        (read.device_written, &read.device_unreadable),
+        (None, &None)
+    );
+    let md = std::fs::read_to_string(out_dir.join(woods_bench::output::SUMMARY_FILE)).unwrap();
+    assert!(md.contains("**Synced writes** (`--sync`)"), "{md}");
+    assert!(md.contains("**every write synced**"), "{md}");
+    assert!(md.contains("## Write amplification on the device"), "{md}");
+    assert!(md.contains("| woods:lsm | deleterandom |"), "{md}");
+}
+
+#[test]
+fn help_documents_sync_and_the_device_check() {
+    let out = Command::new(exe()).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("--sync"), "{help}");
+    assert!(help.contains("device WA"), "{help}");
 }
 
 #[test]

@@ -24,6 +24,7 @@ fn spec(dir: &Path, engine: &str, phases: &[(Workload, u64)]) -> RunSpec {
         config: EngineConfig {
             memory_bytes: 1 << 20,
             direct_io: true,
+            sync: false,
         },
         phases: phases
             .iter()

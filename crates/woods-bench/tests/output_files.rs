@@ -21,6 +21,7 @@ fn run(dir: &Path, engine: &str) -> EngineResult {
         config: EngineConfig {
             memory_bytes: 2 << 20,
             direct_io: true,
+            sync: false,
         },
         phases: vec![
             phase(Workload::FillRandom, 0),
@@ -93,6 +94,7 @@ fn out_dir_holds_json_charts_and_summary() {
         value_size: 100,
         memory_bytes: 2 << 20,
         direct_io_requested: true,
+        sync: false,
         seed: 5,
         results,
         failures: vec![("woods:nope".into(), "it fell over".into())],
@@ -152,6 +154,25 @@ fn out_dir_holds_json_charts_and_summary() {
     for file in &svgs {
         assert!(md.contains(&format!("]({file})")), "no link to {file}");
     }
+    // The device cross-check: a row per engine for the load (the reads write nothing), each
+    // with the device's figure or why there is none, and no shortfall.
+    assert!(md.contains("## Write amplification on the device"), "{md}");
+    let dev = output::device_table(&rep).unwrap();
+    assert_eq!(dev.rows.len(), 2);
+    for (row, p) in dev
+        .rows
+        .iter()
+        .zip(rep.results.iter().map(|r| &r.phases[0]))
+    {
+        assert_eq!(row[1], "fillrandom");
+        match (p.device_written, &p.device_unreadable) {
+            (Some(_), None) => assert_eq!(row.last().unwrap(), "ok", "{row:?}"),
+            (None, Some(why)) => assert_eq!(row.last().unwrap(), why),
+            other => panic!("{other:?}"),
+        }
+        assert!(md.contains(&dev.markdown()), "{md}");
+    }
+    assert!(md.contains("**Device writes**"), "{md}");
     // Every table row has the header's number of cells.
     for table in md.split("\n\n").filter(|b| b.starts_with("| ")) {
         let cells: Vec<usize> = table.lines().map(|l| l.matches(" | ").count()).collect();

@@ -6,7 +6,7 @@ use std::thread;
 use std::time::Duration;
 
 use fjall::config::{BloomConstructionPolicy, CompressionPolicy, FilterPolicy, FilterPolicyEntry};
-use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions};
+use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 use super::{BenchError, BenchResult, Engine, EngineConfig, OwnCounters};
 
@@ -20,6 +20,8 @@ const POLL: Duration = Duration::from_millis(20);
 pub struct FjallEngine {
     db: Database,
     ks: Keyspace,
+    /// `--sync`: `Database::persist(PersistMode::SyncData)` after every write.
+    sync: bool,
 }
 
 fn err(what: &str, e: fjall::Error) -> BenchError {
@@ -30,7 +32,9 @@ impl FjallEngine {
     /// Opens (or creates) a fjall database in `dir` with one keyspace: the journal on and
     /// written to the OS after every write but not synced, compression off, 10 bits/key bloom
     /// filters on every level, a memtable of the budget's write-buffer share and a block cache
-    /// of the rest. fjall has no direct I/O.
+    /// of the rest. With `cfg.sync` every write is followed by
+    /// `Database::persist(PersistMode::SyncData)` (an `fdatasync` of the journal; fjall has no
+    /// per-write sync option). fjall has no direct I/O.
     pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<FjallEngine> {
         std::fs::create_dir_all(dir)
             .map_err(|e| BenchError::new(format!("creating {}: {e}", dir.display())))?;
@@ -53,7 +57,21 @@ impl FjallEngine {
                     .index_block_compression_policy(CompressionPolicy::all(CompressionType::None))
             })
             .map_err(|e| err("keyspace", e))?;
-        Ok(FjallEngine { db, ks })
+        Ok(FjallEngine {
+            db,
+            ks,
+            sync: cfg.sync,
+        })
+    }
+
+    /// With `--sync`, makes the journal durable: the write before it returns with it.
+    fn persist(&self) -> BenchResult<()> {
+        if self.sync {
+            self.db
+                .persist(PersistMode::SyncData)
+                .map_err(|e| err("persist", e))?;
+        }
+        Ok(())
     }
 
     fn busy(&self) -> bool {
@@ -73,7 +91,8 @@ impl Engine for FjallEngine {
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
-        self.ks.insert(key, value).map_err(|e| err("insert", e))
+        self.ks.insert(key, value).map_err(|e| err("insert", e))?;
+        self.persist()
     }
 
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
@@ -84,7 +103,8 @@ impl Engine for FjallEngine {
     }
 
     fn delete(&self, key: &[u8]) -> BenchResult<()> {
-        self.ks.remove(key).map_err(|e| err("remove", e))
+        self.ks.remove(key).map_err(|e| err("remove", e))?;
+        self.persist()
     }
 
     fn scan(
@@ -132,7 +152,7 @@ impl Engine for FjallEngine {
     }
 
     fn close(self: Box<Self>) -> BenchResult<()> {
-        let FjallEngine { db, ks } = *self;
+        let FjallEngine { db, ks, .. } = *self;
         drop(ks);
         // Dropping the database stops and joins its workers and syncs the journal.
         drop(db);

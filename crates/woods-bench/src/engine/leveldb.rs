@@ -201,7 +201,8 @@ fn max_open_files() -> c_int {
 }
 
 impl LevelDbEngine {
-    /// Opens (or creates) a LevelDB database in `dir`: the log on and not synced per write,
+    /// Opens (or creates) a LevelDB database in `dir`: the log on and not synced per write (with
+    /// `cfg.sync`, `leveldb_writeoptions_set_sync(1)`: every put and delete syncs the log),
     /// compression off, a 10 bits/key bloom filter, a write buffer of the budget's write-buffer
     /// share (LevelDB keeps one more, immutable, while it is flushed) and an LRU block cache of
     /// the rest. LevelDB has no direct I/O.
@@ -228,7 +229,7 @@ impl LevelDbEngine {
             ffi::leveldb_options_set_max_file_size(options, MAX_FILE_BYTES);
             let read_opts = ffi::leveldb_readoptions_create();
             let write_opts = ffi::leveldb_writeoptions_create();
-            ffi::leveldb_writeoptions_set_sync(write_opts, 0);
+            ffi::leveldb_writeoptions_set_sync(write_opts, u8::from(cfg.sync));
             let mut engine = LevelDbEngine {
                 db: ptr::null_mut(),
                 options,

@@ -29,17 +29,23 @@ impl LmdbEngine {
     /// Opens (or creates) an LMDB environment in `dir`. LMDB has no log: each put or delete is
     /// its own write transaction, committed with `NO_SYNC` (written to the file, not synced),
     /// which survives a process crash but not a power cut, like the other engines' unsynced
-    /// log. No read-ahead (random reads of a data set larger than memory). Its cache is the
+    /// log. With `cfg.sync` there is no `NO_SYNC`: every commit `fdatasync`s the file before it
+    /// returns. No read-ahead (random reads of a data set larger than memory). Its cache is the
     /// OS page cache through the memory map: no direct I/O, and the budget cannot be applied.
-    pub fn open(dir: &Path, _cfg: &EngineConfig) -> BenchResult<LmdbEngine> {
+    pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<LmdbEngine> {
         std::fs::create_dir_all(dir)
             .map_err(|e| BenchError::new(format!("creating {}: {e}", dir.display())))?;
         let mut opts = EnvOpenOptions::new().read_txn_without_tls();
         opts.map_size(MAP_BYTES).max_dbs(1);
+        let flags = if cfg.sync {
+            EnvFlags::NO_READ_AHEAD
+        } else {
+            EnvFlags::NO_SYNC | EnvFlags::NO_READ_AHEAD
+        };
         // SAFETY: NO_SYNC gives up durability across a system crash (not memory safety); the
         // drain syncs before any figure is taken. NO_READ_AHEAD only changes madvise.
         unsafe {
-            opts.flags(EnvFlags::NO_SYNC | EnvFlags::NO_READ_AHEAD);
+            opts.flags(flags);
         }
         // SAFETY: the environment's files are used by this process only, through this one
         // handle, and nothing else modifies them while it is open.

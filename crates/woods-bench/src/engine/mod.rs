@@ -51,6 +51,11 @@ pub struct EngineConfig {
     pub memory_bytes: u64,
     /// Ask for direct I/O where the engine supports it.
     pub direct_io: bool,
+    /// Sync every write to the device before it returns (`--sync`): each adapter's strongest
+    /// per-write durability, listed in `docs/benchmarks.md`. Off: the write-ahead log is
+    /// written to the OS, not synced.
+    #[serde(default)]
+    pub sync: bool,
 }
 
 /// How a memory budget is divided between write buffers and the read cache.
@@ -89,6 +94,10 @@ pub struct OwnCounters {
     /// that (woods: the Db's stall and pacing counters).
     #[serde(default)]
     pub write_waits: Option<WriteWaits>,
+    /// Syncs (fsync or fdatasync) the engine issued, if it counts them (woods: every sync of
+    /// its log, manifest, data file and directory).
+    #[serde(default)]
+    pub syncs: Option<u64>,
 }
 
 /// What an engine records of the time writes spent waiting for index work or memtable room:
@@ -113,7 +122,7 @@ impl WriteWaits {
 
 /// One engine behind the benchmark: opened in a directory with an [`EngineConfig`], then
 /// driven by the workloads. Every adapter writes with its write-ahead log on and not synced
-/// per write, compression off.
+/// per write (synced per write with [`EngineConfig::sync`]), compression off.
 ///
 /// `put`, `get`, `delete` and `scan` take `&self` and the engine is `Send + Sync`: with
 /// `--threads N`, N client threads call them on one shared engine at once, as N clients of one
@@ -129,7 +138,7 @@ pub trait Engine: Send + Sync {
     /// The value under `key`, or `None` when it has none (never written, or deleted).
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>>;
     /// Removes `key` (nothing happens when it is absent), with the same write options as
-    /// `put`: write-ahead log on, not synced.
+    /// `put`: write-ahead log on, synced only with [`EngineConfig::sync`].
     fn delete(&self, key: &[u8]) -> BenchResult<()>;
     /// One seek and up to `limit - 1` nexts of an iterator: calls `visit(key, value)` for the
     /// entries whose key is at least `start` (from the first key when `start` is empty), in
@@ -272,6 +281,7 @@ mod tests {
             let s = EngineConfig {
                 memory_bytes: b,
                 direct_io: true,
+                sync: false,
             }
             .split();
             assert_eq!(s.cache_bytes + 2 * s.write_buffer_bytes, b, "{b}");
@@ -304,6 +314,7 @@ mod tests {
         let cfg = EngineConfig {
             memory_bytes: 1 << 20,
             direct_io: false,
+            sync: false,
         };
         let e = open_with("other:lsm", &tmp, &cfg, extra).unwrap();
         e.put(b"k", b"v").unwrap();

@@ -14,6 +14,8 @@ const FILE: &str = "bench.redb";
 /// A redb database with one table and the benchmark's settings.
 pub struct RedbEngine {
     db: Database,
+    /// The durability of every put's and delete's commit: `None`, or `Immediate` with `--sync`.
+    durability: Durability,
 }
 
 fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
@@ -24,7 +26,8 @@ impl RedbEngine {
     /// Opens (or creates) `bench.redb` in `dir` with a cache of the whole budget (redb's one
     /// cache holds its write buffer too, at most half of it). redb has no log: each put is a
     /// write transaction committed with `Durability::None` (nothing synced; see
-    /// docs/benchmarks.md for why this is the comparable setting), and the drain commits with
+    /// docs/benchmarks.md for why this is the comparable setting), or with `cfg.sync`
+    /// `Durability::Immediate` (the file synced at every commit); the drain commits with
     /// `Durability::Immediate`. No direct I/O.
     pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<RedbEngine> {
         std::fs::create_dir_all(dir)
@@ -37,7 +40,14 @@ impl RedbEngine {
         let tx = db.begin_write().map_err(|e| err("write txn", e))?;
         tx.open_table(TABLE).map_err(|e| err("open table", e))?;
         tx.commit().map_err(|e| err("commit", e))?;
-        Ok(RedbEngine { db })
+        Ok(RedbEngine {
+            db,
+            durability: if cfg.sync {
+                Durability::Immediate
+            } else {
+                Durability::None
+            },
+        })
     }
 
     /// One write transaction: `op` on the table, then a commit of the given durability.
@@ -72,7 +82,7 @@ impl Engine for RedbEngine {
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> BenchResult<()> {
-        self.write(Durability::None, |t| t.insert(key, value).map(|_| ()))
+        self.write(self.durability, |t| t.insert(key, value).map(|_| ()))
     }
 
     fn get(&self, key: &[u8]) -> BenchResult<Option<Vec<u8>>> {
@@ -82,7 +92,7 @@ impl Engine for RedbEngine {
     }
 
     fn delete(&self, key: &[u8]) -> BenchResult<()> {
-        self.write(Durability::None, |t| t.remove(key).map(|_| ()))
+        self.write(self.durability, |t| t.remove(key).map(|_| ()))
     }
 
     fn scan(

@@ -37,7 +37,8 @@ fn err(what: &str, e: rocksdb::Error) -> BenchError {
 }
 
 impl RocksDbEngine {
-    /// Opens (or creates) a RocksDB database in `dir`: WAL on and not synced per write,
+    /// Opens (or creates) a RocksDB database in `dir`: WAL on and not synced per write (synced
+    /// with `cfg.sync`: `WriteOptions::set_sync(true)` for every put and delete),
     /// compression off, a 10 bits/key bloom filter, index and filter blocks in the block cache,
     /// two write buffers of the budget's write-buffer share, the rest block cache, and direct
     /// I/O for reads, flushes and compactions when asked for and the file system allows it.
@@ -75,7 +76,7 @@ impl RocksDbEngine {
 
         let db = DB::open(&opts, dir).map_err(|e| err("open", e))?;
         let mut write_opts = WriteOptions::default();
-        write_opts.set_sync(false);
+        write_opts.set_sync(cfg.sync);
         write_opts.disable_wal(false);
         Ok(RocksDbEngine {
             name,

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use woods::storage::Purpose;
-use woods::{Db, IndexKind, Options};
+use woods::{Db, Durability, IndexKind, Options};
 
 use super::{BenchError, BenchResult, Engine, EngineConfig, OwnCounters, WriteWaits};
 
@@ -20,7 +20,8 @@ fn err(what: &str, e: woods::Error) -> BenchError {
 impl WoodsEngine {
     /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`) in `dir`. The
     /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
-    /// cache; the write-ahead log is on with buffered durability, as for every engine.
+    /// cache; the write-ahead log is on with buffered durability, as for every engine, or with
+    /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns.
     pub fn open(kind: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
         let index = IndexKind::from_name(kind).map_err(|e| err("index kind", e))?;
         let split = cfg.split();
@@ -30,6 +31,11 @@ impl WoodsEngine {
             memtable_bytes: split.write_buffer_bytes,
             direct_io: cfg.direct_io,
             wal: true,
+            durability: if cfg.sync {
+                Durability::Sync
+            } else {
+                Durability::Buffered
+            },
             ..Options::default()
         };
         let db = Db::open(dir, opts).map_err(|e| err("open", e))?;
@@ -103,6 +109,7 @@ impl Engine for WoodsEngine {
                 pacing_total_ns: ns(st.pacing_total),
                 pacing_max_ns: ns(st.pacing_max),
             }),
+            syncs: Some(io.syncs),
         }
     }
 
