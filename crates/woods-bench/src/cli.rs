@@ -125,7 +125,10 @@ Engines: woods:btree, woods:lsm (every woods index kind), and with the `peers` c
 rocksdb (Debian's librocksdb 7.8.3), leveldb (Debian's libleveldb 1.23, C API), lmdb (heed), \
 fjall and redb; docs/benchmarks.md lists every setting. Only woods and RocksDB do direct I/O: \
 the others read through the OS page cache (direct = no; cache-assisted where no memory cgroup \
-bounds it).";
+bounds it). --engine-exe NAME=PATH runs an engine from another bench binary of the same source, \
+so that engines no single build links together run in one run: current RocksDB \
+(`rocksdb-current=bench/rocksdb-current/target/release/woods-bench-rc`, built by \
+scripts/build-rocksdb-current.sh) beside Debian's 7.8.3.";
 
 /// Arguments of `woods bench`.
 #[derive(Args, Clone, Debug, Default)]
@@ -208,6 +211,12 @@ pub struct BenchArgs {
     /// Keep the engines' databases after the run.
     #[arg(long)]
     pub keep: bool,
+    /// Run engine NAME with the bench binary at PATH, which must be built from this same
+    /// source and take the bench's arguments itself (`woods-bench`, or `woods-bench-rc` of
+    /// scripts/build-rocksdb-current.sh for `rocksdb-current=...`), so that engines no single
+    /// build can link together run in one run; repeatable.
+    #[arg(long = "engine-exe", value_name = "NAME=PATH")]
+    pub engine_exe: Vec<String>,
     /// Internal: run one engine as a child process (the spec as JSON).
     #[arg(long, hide = true, value_name = "SPEC")]
     pub child: Option<String>,
@@ -260,6 +269,35 @@ pub fn main_with(extra: ExtraEngines) -> ExitCode {
         &[],
         extra,
     ))
+}
+
+/// Parses `--engine-exe NAME=PATH` values; each PATH must be an executable file.
+fn engine_exes(values: &[String]) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut out: Vec<(String, PathBuf)> = Vec::new();
+    for v in values {
+        let Some((name, path)) = v
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+        else {
+            return Err(format!("--engine-exe {v:?}: expected NAME=PATH"));
+        };
+        let path = PathBuf::from(path);
+        let executable = fs::metadata(&path).is_ok_and(|m| {
+            use std::os::unix::fs::PermissionsExt;
+            m.is_file() && m.permissions().mode() & 0o111 != 0
+        });
+        if !executable {
+            return Err(format!(
+                "--engine-exe {name}={}: not an executable file",
+                path.display()
+            ));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(format!("--engine-exe names engine {name:?} twice"));
+        }
+        out.push((name.to_string(), path));
+    }
+    Ok(out)
 }
 
 /// A byte count with an optional K/M/G suffix (powers of 1024).
@@ -456,8 +494,11 @@ fn run_parent(
     } else {
         args.engines.clone()
     };
+    let external = engine_exes(&args.engine_exe)?;
     for e in &engines {
-        engine::check_name_with(e, extra).map_err(|e| e.to_string())?;
+        if !external.iter().any(|(n, _)| n == e) {
+            engine::check_name_with(e, extra).map_err(|e| e.to_string())?;
+        }
     }
     let data = records * (args.key_size + args.value_size) as u64;
     let memory_bytes = args.cache_bytes.unwrap_or((data / 8).max(1 << 20));
@@ -584,6 +625,11 @@ fn run_parent(
         let _ = fs::remove_dir_all(&dir);
         let spec = spec_for(name, dir.clone());
         let _ = writeln!(err, "== {name}");
+        // An engine of another binary: that binary takes the bench's arguments itself.
+        let (exe, prefix): (&Path, &[OsString]) = match external.iter().find(|(n, _)| n == name) {
+            Some((_, path)) => (path, &[]),
+            None => (exe, prefix),
+        };
         match run_engine(
             exe,
             prefix,

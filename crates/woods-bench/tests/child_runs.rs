@@ -238,3 +238,69 @@ fn unknown_engine_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown engine"));
 }
+
+/// `--engine-exe NAME=PATH` runs that engine's child from another binary (here a script that
+/// notes each start and runs this binary), the others from this one.
+#[test]
+fn engine_from_another_binary() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("started");
+    let wrapper = tmp.path().join("other-bench");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\nexec '{}' \"$@\"\n",
+            marker.display(),
+            exe().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let json = tmp.path().join("run.json");
+    let out = Command::new(exe())
+        .args([
+            "--engines",
+            "woods:btree,woods:lsm",
+            "--records",
+            "2000",
+            "--ops",
+            "500",
+        ])
+        .arg("--engine-exe")
+        .arg(format!("woods:lsm={}", wrapper.display()))
+        .arg("--dir")
+        .arg(tmp.path().join("dbs"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = std::fs::read_to_string(&marker).expect("the other binary ran");
+    assert_eq!(started.lines().count(), 1, "one child from it: {started}");
+    assert!(started.contains("\"engine\":\"woods:lsm\""), "{started}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let engines: Vec<&str> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(engines, ["woods:btree", "woods:lsm"]);
+    let bad = Command::new(exe())
+        .args([
+            "--engines",
+            "woods:lsm",
+            "--engine-exe",
+            "woods:lsm=/nonexistent",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not an executable file"));
+}
