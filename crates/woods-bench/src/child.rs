@@ -197,6 +197,7 @@ pub fn child_main_with(spec_json: &str, setup_json: Option<&str>, extra: ExtraEn
             0
         }
         Err(e) => {
+            workload::end_bar();
             eprintln!("woods bench: error: {e}");
             3
         }

@@ -475,22 +475,56 @@ struct Progress {
     total: u64,
     last: Instant,
     last_done: u64,
+    started: Instant,
+}
+
+/// Whether a progress bar is drawn on this process's stderr line (a terminal), so that the
+/// next message starts on a line of its own.
+static BAR_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// Ends a progress bar drawn on the terminal, if any.
+pub(crate) fn end_bar() {
+    if BAR_OPEN.swap(false, Ordering::Relaxed) {
+        let _ = writeln!(std::io::stderr());
+    }
 }
 
 impl Progress {
+    /// About once a second: on a terminal, redraws a bar in place; otherwise prints a line.
     fn tick(&mut self, done: u64) {
+        use std::io::IsTerminal;
         let dt = self.last.elapsed();
         if dt < Duration::from_secs(1) {
             return;
         }
         let rate = (done - self.last_done) as f64 / dt.as_secs_f64();
-        let pct = 100.0 * done as f64 / self.total.max(1) as f64;
-        let _ = writeln!(
-            std::io::stderr(),
-            "  {}: {done}/{} ({pct:.0}%), {rate:.0} ops/s",
-            self.label,
-            self.total
-        );
+        let frac = (done as f64 / self.total.max(1) as f64).min(1.0);
+        let pct = 100.0 * frac;
+        let mut err = std::io::stderr().lock();
+        if err.is_terminal() {
+            const WIDTH: usize = 30;
+            let filled = (frac * WIDTH as f64) as usize;
+            let all = done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+            let eta = (self.total.saturating_sub(done) as f64 / all.max(1e-9)) as u64;
+            let _ = write!(
+                err,
+                "\r  {} [{}{}] {pct:3.0}% {done}/{} {rate:.0} ops/s eta {}m{:02}s\x1b[K",
+                self.label,
+                "#".repeat(filled),
+                ".".repeat(WIDTH - filled),
+                self.total,
+                eta / 60,
+                eta % 60
+            );
+            let _ = err.flush();
+            BAR_OPEN.store(true, Ordering::Relaxed);
+        } else {
+            let _ = writeln!(
+                err,
+                "  {}: {done}/{} ({pct:.0}%), {rate:.0} ops/s",
+                self.label, self.total
+            );
+        }
         self.last = Instant::now();
         self.last_done = done;
     }
@@ -681,6 +715,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         debug_assert_eq!(Some(f), spec.key_format());
         s.expected.loaded(spec.records);
     }
+    end_bar();
     if w.writes() {
         if spec.progress {
             let _ = writeln!(
@@ -885,6 +920,7 @@ impl<'a> Client<'a> {
                 total: ctx.ops,
                 last: start,
                 last_done: 0,
+                started: start,
             }),
             unreported: 0,
         }
