@@ -135,9 +135,10 @@ pub fn print_stats(kind: &IndexKind, s: &Stats) -> io::Result<()> {
     let c = &s.cache;
     writeln!(
         o,
-        "  capacity          {} pages ({})",
+        "  capacity          {} pages ({}), of which filters of open runs take {}",
         c.capacity_pages,
-        bytes(c.capacity_pages * woods::storage::PAGE_SIZE as u64)
+        bytes(c.capacity_pages * woods::storage::PAGE_SIZE as u64),
+        bytes(c.reserved_bytes)
     )?;
     let lookups = c.hits + c.misses;
     let rate = if lookups == 0 {

@@ -1,6 +1,11 @@
 //! The buffer pool: a CLOCK cache of verified pages, bounded by `cache_bytes`, sharded so that
 //! concurrent readers rarely meet on one lock. A page handed out is an `Arc`; holding it pins the
 //! bytes (eviction only drops the cache's reference).
+//!
+//! Memory an index keeps outside the cache because it must (the filters of open runs) is
+//! charged to it with [`Cache::reserve`]: the pages the cache holds shrink by as much, so that
+//! `cache_bytes` bounds pages and filters together, as RocksDB's block cache bounds data,
+//! index and filter blocks when it holds them all.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +20,9 @@ pub type PageRef = Arc<AlignedBuf>;
 
 const SHARDS: usize = 16;
 
+/// The page number of a frame whose page was invalidated (in no map).
+const INVALID: u64 = u64::MAX;
+
 struct Frame {
     page: u64,
     data: PageRef,
@@ -24,6 +32,7 @@ struct Frame {
 struct Shard {
     map: HashMap<u64, usize>,
     frames: Vec<Frame>,
+    /// Frames this shard may hold when nothing is reserved.
     capacity: usize,
     hand: usize,
 }
@@ -31,7 +40,10 @@ struct Shard {
 /// Cache counters.
 #[derive(Clone, Debug, Default)]
 pub struct CacheStats {
+    /// Pages the cache may hold with nothing reserved (`cache_bytes` / page size).
     pub capacity_pages: u64,
+    /// Bytes charged to the cache by [`Cache::reserve`] (filters of open runs).
+    pub reserved_bytes: u64,
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
@@ -44,6 +56,8 @@ pub struct Cache {
     misses: AtomicU64,
     evictions: AtomicU64,
     capacity: usize,
+    /// Bytes charged by [`Cache::reserve`]; each shard holds fewer frames by its share.
+    reserved: AtomicU64,
 }
 
 impl Cache {
@@ -67,7 +81,30 @@ impl Cache {
             misses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             capacity: per * SHARDS,
+            reserved: AtomicU64::new(0),
         }
+    }
+
+    /// Charges `bytes` of memory held outside the cache to it: it holds that many bytes of pages
+    /// fewer (evicting as pages come in) until [`Cache::unreserve`]. Charges beyond the capacity
+    /// leave the cache holding no pages.
+    pub fn reserve(&self, bytes: u64) {
+        self.reserved.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Takes back a charge of [`Cache::reserve`].
+    pub fn unreserve(&self, bytes: u64) {
+        let _ = self
+            .reserved
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                Some(r.saturating_sub(bytes))
+            });
+    }
+
+    /// Frames one shard may hold now: its capacity less its share of the reservations.
+    fn shard_limit(&self, capacity: usize) -> usize {
+        let reserved_pages = self.reserved.load(Ordering::Relaxed) / PAGE_SIZE as u64;
+        capacity.saturating_sub((reserved_pages / SHARDS as u64) as usize)
     }
 
     fn shard(&self, page: u64) -> &Mutex<Shard> {
@@ -96,7 +133,29 @@ impl Cache {
             s.frames[i].referenced = true;
             return;
         }
-        if s.frames.len() < s.capacity {
+        let limit = self.shard_limit(s.capacity);
+        // Reservations grew: give frames back until the shard is within its limit again.
+        while s.frames.len() > limit {
+            let victim = Self::clock_victim(&mut s);
+            let last = s.frames.len() - 1;
+            let gone = s.frames.swap_remove(victim).page;
+            s.map.remove(&gone);
+            if victim != last {
+                let moved = s.frames[victim].page;
+                if moved != INVALID {
+                    s.map.insert(moved, victim);
+                }
+            }
+            if s.hand >= s.frames.len() {
+                s.hand = 0;
+            }
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        if limit == 0 {
+            // Everything is reserved: the page is not kept.
+            return;
+        }
+        if s.frames.len() < limit {
             let i = s.frames.len();
             s.frames.push(Frame {
                 page,
@@ -106,24 +165,29 @@ impl Cache {
             s.map.insert(page, i);
             return;
         }
-        // CLOCK: clear reference bits until an unreferenced frame comes round.
+        let h = Self::clock_victim(&mut s);
+        let old = s.frames[h].page;
+        s.map.remove(&old);
+        s.frames[h] = Frame {
+            page,
+            data,
+            referenced: true,
+        };
+        s.map.insert(page, h);
+        self.evictions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// CLOCK: clears reference bits until an unreferenced frame comes round; returns its index
+    /// (the shard has frames).
+    fn clock_victim(s: &mut Shard) -> usize {
         loop {
-            let h = s.hand;
-            s.hand = (h + 1) % s.capacity;
+            let h = s.hand % s.frames.len();
+            s.hand = (h + 1) % s.frames.len();
             if s.frames[h].referenced {
                 s.frames[h].referenced = false;
                 continue;
             }
-            let old = s.frames[h].page;
-            s.map.remove(&old);
-            s.frames[h] = Frame {
-                page,
-                data,
-                referenced: true,
-            };
-            s.map.insert(page, h);
-            self.evictions.fetch_add(1, Ordering::Relaxed);
-            return;
+            return h;
         }
     }
 
@@ -133,7 +197,7 @@ impl Cache {
         if let Some(i) = s.map.remove(&page) {
             // Leave the frame in place but unreachable and first in line for eviction; its data
             // is replaced by an empty buffer so the memory goes back now.
-            s.frames[i].page = u64::MAX;
+            s.frames[i].page = INVALID;
             s.frames[i].referenced = false;
             s.frames[i].data = Arc::new(AlignedBuf::zeroed(0));
         }
@@ -142,6 +206,7 @@ impl Cache {
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             capacity_pages: self.capacity as u64,
+            reserved_bytes: self.reserved.load(Ordering::Relaxed),
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
@@ -166,5 +231,42 @@ mod tests {
         assert!(c.get(5000).is_some());
         c.invalidate(5000);
         assert!(c.get(5000).is_none());
+    }
+
+    /// Reserved bytes shrink what the cache holds, down to nothing, and come back when
+    /// unreserved; hits stay correct throughout.
+    #[test]
+    fn reservations_shrink_and_restore_the_pages_held() {
+        let page = PAGE_SIZE as u64;
+        let c = Cache::new(256 * page);
+        let fill = |c: &Cache, from: u64| {
+            for p in from..from + 1000 {
+                c.insert(p, Arc::new(AlignedBuf::from_slice(&p.to_le_bytes())));
+            }
+        };
+        let held = |c: &Cache, from: u64| {
+            (from..from + 1000)
+                .filter(|&p| {
+                    c.get(p).is_some_and(|d| {
+                        assert_eq!(&d[..8], &p.to_le_bytes(), "page {p} holds another's bytes");
+                        true
+                    })
+                })
+                .count()
+        };
+        fill(&c, 0);
+        assert_eq!(held(&c, 0), 256);
+        c.reserve(192 * page);
+        fill(&c, 10_000);
+        assert!(held(&c, 10_000) <= 64, "{}", held(&c, 10_000));
+        assert!(held(&c, 0) == 0, "old pages are evicted as new ones come");
+        c.reserve(1000 * page);
+        fill(&c, 20_000);
+        assert_eq!(held(&c, 20_000), 0, "all reserved: nothing is kept");
+        assert_eq!(c.stats().reserved_bytes, 1192 * page);
+        c.unreserve(1192 * page);
+        fill(&c, 30_000);
+        assert_eq!(held(&c, 30_000), 256);
+        assert_eq!(c.stats().reserved_bytes, 0);
     }
 }

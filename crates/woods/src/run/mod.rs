@@ -263,6 +263,14 @@ pub struct Run {
     filter: Option<Bloom>,
     /// `meta.extents` sorted by start, for checking that page references stay inside the run.
     sorted: Vec<Extent>,
+    /// Bytes of the in-memory filter charged to the store's cache while the run is open.
+    charged: u64,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.store.cache().unreserve(self.charged);
+    }
 }
 
 impl Run {
@@ -313,7 +321,19 @@ impl Run {
         }
         run.tree_root = h.tree_root;
         run.filter = run.read_filter(Purpose::UserRead)?;
+        run.charge_filter();
         Ok(run)
+    }
+
+    /// Charges the in-memory filter to the cache (see [`crate::cache::Cache::reserve`]), so
+    /// that `cache_bytes` bounds the filters of open runs with the pages.
+    fn charge_filter(&mut self) {
+        let bytes = self
+            .filter
+            .as_ref()
+            .map_or(0, |f| f.as_bytes().len() as u64);
+        self.store.cache().reserve(bytes);
+        self.charged = bytes;
     }
 
     /// Finishes `builder` and opens the result without reading back what the builder still
@@ -321,7 +341,9 @@ impl Run {
     pub fn from_builder(builder: RunBuilder) -> Result<Run> {
         let (store, meta, tree_root, filter) = builder.finish_parts()?;
         let filter = filter.map(Bloom::from_bytes).transpose()?;
-        Ok(Run::assemble(store, meta, tree_root, filter))
+        let mut run = Run::assemble(store, meta, tree_root, filter);
+        run.charge_filter();
+        Ok(run)
     }
 
     fn assemble(store: Arc<PageFile>, meta: RunMeta, tree_root: u64, filter: Option<Bloom>) -> Run {
@@ -333,6 +355,7 @@ impl Run {
             tree_root,
             filter,
             sorted,
+            charged: 0,
         }
     }
 

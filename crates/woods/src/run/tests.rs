@@ -540,3 +540,41 @@ fn shared_types_are_send_and_sync() {
     send_sync::<Run>();
     send::<RunIter>();
 }
+
+/// An open run's filter is charged to the cache while the run is open, by either way of
+/// opening it, and the charge goes with the run.
+#[test]
+fn open_runs_charge_their_filters_to_the_cache() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 3000);
+    let reserved = |pf: &PageFile| pf.cache().stats().reserved_bytes;
+    let mut b = RunBuilder::new(pf.clone(), opts());
+    for e in &m {
+        b.add(e).unwrap();
+    }
+    let built = Run::from_builder(b).unwrap();
+    let bloom = built
+        .filter
+        .as_ref()
+        .map(|f| f.as_bytes().len() as u64)
+        .unwrap();
+    assert!(bloom > 0);
+    assert_eq!(reserved(&pf), bloom, "from the builder");
+    let again = Run::open(pf.clone(), built.meta().clone()).unwrap();
+    assert_eq!(reserved(&pf), 2 * bloom, "opened from its metadata");
+    drop(again);
+    assert_eq!(reserved(&pf), bloom);
+    drop(built);
+    assert_eq!(reserved(&pf), 0);
+    let none = build(
+        &pf,
+        &m,
+        RunOptions {
+            bloom_bits_per_key: 0,
+            ..opts()
+        },
+    );
+    assert_eq!(reserved(&pf), 0, "no filter, no charge");
+    drop(none);
+}
