@@ -101,8 +101,9 @@ Memory: every engine gets the same budget, --cache-bytes: a quarter of it (at mo
 two write buffers, the rest block/page cache. The budget is total memory, OS page cache \
 included: where the bench can make memory cgroups (root, cgroup v1 memory controller or cgroup \
 v2 with memory delegated), each engine's child runs in a group of its own limited to the budget \
-plus --memory-allowance (the bench itself and the engine's fixed costs outside its caches; \
-default 32 MiB + 512 KiB per client thread + 1 byte per record); the kernel reclaims the \
+plus --memory-allowance (the bench itself, the engine's fixed costs outside its caches and the \
+write-ahead log's pages in the page cache; default 32 MiB + 512 KiB per client thread + 1 byte \
+per record + two write buffers); the kernel reclaims the \
 group's page cache at the limit and OOM-kills the engine if its own memory exceeds it, which \
 is reported as such. The table's memory column says how the budget held and `peak mem` is the \
 group's peak per phase. With --no-cgroup, or where no group can be made, the page cache is \
@@ -198,9 +199,10 @@ pub struct BenchArgs {
     /// each phase instead, and label engines without direct I/O cache-assisted.
     #[arg(long)]
     pub no_cgroup: bool,
-    /// What each engine's memory cgroup allows beyond the budget: the bench itself and the
-    /// engine's fixed costs outside its caches (K, M, G suffixes) [default: 32M + 512K per
-    /// client thread + 1 byte per record].
+    /// What each engine's memory cgroup allows beyond the budget: the bench itself, the
+    /// engine's fixed costs outside its caches and its write-ahead log's pages in the page
+    /// cache (K, M, G suffixes) [default: 32M + 512K per client thread + 1 byte per record +
+    /// two write buffers].
     #[arg(long, value_name = "B", value_parser = parse_size)]
     pub memory_allowance: Option<u64>,
     /// Directory for the engines' databases, one subdirectory each, removed after each engine
@@ -545,9 +547,16 @@ fn run_parent(
         CgroupParent::find()
     };
     let capacity = spec_for("", PathBuf::new()).capacity();
-    let allowance = args
-        .memory_allowance
-        .unwrap_or(DEFAULT_ALLOWANCE + args.threads as u64 * ALLOWANCE_PER_THREAD + capacity);
+    // Beyond the bench itself: the write-ahead logs' pages in the OS page cache, about one
+    // write buffer's worth per memtable (the live log and the one whose memtable is being
+    // flushed). Every engine with a log writes it through the page cache and deletes it before
+    // the kernel writes it back; no engine can size that, so it is not charged to its budget.
+    let allowance = args.memory_allowance.unwrap_or(
+        DEFAULT_ALLOWANCE
+            + args.threads as u64 * ALLOWANCE_PER_THREAD
+            + capacity
+            + 2 * split.write_buffer_bytes,
+    );
     let limit = memory_bytes + allowance;
     let mut memory = MemoryReport {
         enforcement: Enforcement::None,
