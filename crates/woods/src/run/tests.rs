@@ -552,3 +552,35 @@ fn shared_types_are_send_and_sync() {
     send_sync::<Run>();
     send::<RunIter>();
 }
+
+/// A lazy run reads nothing until used; a damaged header fails the use, not the creation, and
+/// a later use after the damage is repaired opens it.
+#[test]
+fn lazy_run_opens_on_first_use() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (fs, pf) = store();
+    let m = model(&mut rng, 500);
+    let run = build(&pf, &m, opts());
+    let meta = run.meta().clone();
+    let header = meta.root_page;
+    let reads = |pf: &PageFile| pf.counters().snapshot().total_read();
+    let before = reads(&pf);
+    let lazy = LazyRun::new(pf.clone(), meta.clone());
+    assert!(!lazy.is_open());
+    assert_eq!(reads(&pf), before, "creating a lazy run reads nothing");
+    let off = header * PAGE_SIZE as u64 + 20;
+    assert!(fs.flip_byte(Path::new(DATA), off));
+    assert_eq!(corruption_page(lazy.run().err().unwrap()), Some(header));
+    assert!(!lazy.is_open());
+    assert!(fs.flip_byte(Path::new(DATA), off));
+    let key = m[m.len() / 3].key.clone();
+    let mut out = Vec::new();
+    lazy.run().unwrap().get(&key, u64::MAX, &mut out).unwrap();
+    assert_eq!(out, model_get(&m, &key, u64::MAX));
+    assert!(lazy.is_open());
+    let built = LazyRun::from_run(Run::open(pf.clone(), meta.clone()).unwrap());
+    assert!(built.is_open());
+    assert_eq!(built.meta(), &meta);
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<LazyRun>();
+}
