@@ -72,6 +72,8 @@ struct Counters {
     root_splits: AtomicU64,
     stale_dropped: AtomicU64,
     units_moved: AtomicU64,
+    /// Pages written by d-tree finishes: index levels, filter and header (not data pages).
+    finish_pages: AtomicU64,
     work_calls: AtomicU64,
     /// Times a fresh bound of a job's remaining work came out above what was left of the
     /// bound it started with (the bound is meant to make this impossible).
@@ -507,6 +509,14 @@ impl NbTree {
             .units_moved
             .fetch_add(pipe.units(), Ordering::Relaxed);
         let out = pipe.finish(&self.ctx.store)?;
+        let finished: u64 = [&out.left, &out.right]
+            .into_iter()
+            .flatten()
+            .map(|r| r.meta().pages() - r.meta().data_pages)
+            .sum();
+        self.counters
+            .finish_pages
+            .fetch_add(finished, Ordering::Relaxed);
         job.observed.max_group = job.observed.max_group.max(out.max_group);
         let v = self.version();
         let r = self.apply(job, &v, kind, out);
@@ -640,6 +650,8 @@ impl NbTree {
                 let mut added = Vec::new();
                 let (left, l) = leaf_with(out.left);
                 added.extend(l);
+                // The next leaf to look at: past this one, or past both its halves.
+                let mut next = child + 1;
                 match (out.right, out.split_key) {
                     (Some(right), Some(key)) => {
                         let (right, r) = leaf_with(Some(right));
@@ -647,6 +659,7 @@ impl NbTree {
                         n.children[child] = Arc::new(left);
                         n.children.insert(child + 1, Arc::new(right));
                         n.keys.insert(child, key);
+                        next += 1;
                         self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
                     }
                     (right, _) => {
@@ -658,6 +671,10 @@ impl NbTree {
                     }
                 }
                 let root = replace_at(&v.root, &path, n)?;
+                let cursor = Cursor {
+                    path,
+                    phase: Phase::LeafSplits { next: next as u32 },
+                };
                 self.commit(
                     job,
                     Change {
@@ -665,7 +682,7 @@ impl NbTree {
                         added,
                         retired,
                         durable_seq: None,
-                        cursor: job.cursor.clone(),
+                        cursor,
                     },
                 )
             }
@@ -904,8 +921,7 @@ impl NbTree {
 
     fn written_pages(&self) -> u64 {
         let io = self.ctx.store.counters().snapshot();
-        (io.written(Purpose::Flush) + io.written(Purpose::Merge) + io.written(Purpose::Manifest))
-            / PAGE_SIZE as u64
+        (io.written(Purpose::Flush) + io.written(Purpose::Merge)) / PAGE_SIZE as u64
     }
 }
 
@@ -1025,6 +1041,7 @@ impl Index for NbTree {
             ("root_splits", &c.root_splits),
             ("stale_dtrees_dropped", &c.stale_dropped),
             ("units_moved", &c.units_moved),
+            ("finish_pages", &c.finish_pages),
             ("work_calls", &c.work_calls),
             ("bound_misses", &c.bound_misses),
             ("max_work_call_units", &c.max_call_units),

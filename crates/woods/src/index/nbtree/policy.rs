@@ -10,7 +10,7 @@
 //!               else                 -> Splits
 //! Flush(N):     move N's smallest live entries into its children, one child per step, until
 //!               `target` units moved (lazy removal: N's live-start pointer advances)
-//! LeafSplits:   split each leaf child of N holding more than σ, one per step
+//! LeafSplits:   split each leaf child of N holding more than σ, one per step, each once
 //! Splits:       up the path: split each node with more than f children (the root: a new root)
 //! ```
 
@@ -106,7 +106,7 @@ pub fn settle(root: &Arc<SNode>, mut cursor: Cursor, shape: Shape) -> Result<(Cu
                     return Err(bad(format!("leaf {:?} after a flush", cursor.path)));
                 }
                 if n.children[0].is_leaf() {
-                    cursor.phase = Phase::LeafSplits;
+                    cursor.phase = Phase::LeafSplits { next: 0 };
                     continue;
                 }
                 match argmax_child(n) {
@@ -121,14 +121,16 @@ pub fn settle(root: &Arc<SNode>, mut cursor: Cursor, shape: Shape) -> Result<(Cu
                     _ => cursor.phase = Phase::Splits,
                 }
             }
-            Phase::LeafSplits => {
+            Phase::LeafSplits { next } => {
                 let n = node(root, &cursor.path)?;
                 match n
                     .children
                     .iter()
-                    .position(|c| c.is_leaf() && leaf_oversized(c, shape.sigma))
+                    .enumerate()
+                    .skip(next as usize)
+                    .find(|(_, c)| c.is_leaf() && leaf_oversized(c, shape.sigma))
                 {
-                    Some(child) => return Ok((cursor, Action::SplitLeaf { child })),
+                    Some((child, _)) => return Ok((cursor, Action::SplitLeaf { child })),
                     None => cursor.phase = Phase::Splits,
                 }
             }
@@ -266,10 +268,11 @@ pub fn rest_bound(root: &Arc<SNode>, cursor: &Cursor, g: u64, shape: Shape) -> u
             (2 * (m + rest) + below, gains)
         }
         Phase::AfterFlush { sent } => below_bound(n, 0, *sent, g, shape),
-        Phase::LeafSplits => {
+        Phase::LeafSplits { next } => {
             let over: Vec<u64> = n
                 .children
                 .iter()
+                .skip(*next as usize)
                 .filter(|c| c.is_leaf() && leaf_oversized(c, shape.sigma))
                 .map(|c| c.live_units())
                 .collect();
@@ -294,10 +297,17 @@ pub fn rest_bound(root: &Arc<SNode>, cursor: &Cursor, g: u64, shape: Shape) -> u
     if root.is_leaf() && leaf_oversized(root, shape.sigma) {
         up += 2 * root.live_units();
     }
+    // Whether the node below on the path may split (and so give its parent a child).
+    let mut below_splits = false;
     for (depth, p) in nodes.iter().enumerate().rev() {
         let last = depth + 1 == nodes.len();
-        let extra = if last { gains } else { 1 };
-        if p.children.len() + extra > shape.fanout {
+        let extra = if last {
+            gains
+        } else {
+            usize::from(below_splits)
+        };
+        below_splits = p.children.len() + extra > shape.fanout;
+        if below_splits {
             let mut live = p.live_units();
             if let (true, Phase::Flush { target, moved, .. }) = (last, &cursor.phase) {
                 // It will have moved at least its target, or everything.

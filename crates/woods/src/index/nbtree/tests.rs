@@ -204,16 +204,19 @@ impl Harness {
     fn verify(&self, model: &Model, rng: &mut SmallRng) {
         let all: Vec<(Vec<u8>, Vec<u8>)> =
             model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        assert_eq!(
-            self.scan(Bound::Unbounded, Bound::Unbounded, false),
-            all,
-            "forward scan"
-        );
-        assert_eq!(
-            self.scan(Bound::Unbounded, Bound::Unbounded, true),
-            all,
-            "reverse scan"
-        );
+        for reverse in [false, true] {
+            let got = self.scan(Bound::Unbounded, Bound::Unbounded, reverse);
+            if got != all {
+                let i = got.iter().zip(&all).take_while(|(a, b)| a == b).count();
+                panic!(
+                    "scan (reverse {reverse}): {} entries, {} expected, first difference at {i}: {:?} vs {:?}",
+                    got.len(),
+                    all.len(),
+                    got.get(i).map(|e| &e.0),
+                    all.get(i).map(|e| &e.0)
+                );
+            }
+        }
         for (k, v) in model.iter() {
             assert_eq!(self.get(k).as_ref(), Some(v), "get {k:?}");
         }
@@ -717,7 +720,10 @@ fn policy_decisions() {
     let (c, a) = settle(&root, at(vec![], Phase::AfterFlush { sent: 100 }), shape).unwrap();
     assert_eq!(
         (c.phase, a),
-        (Phase::LeafSplits, Action::SplitLeaf { child: 1 })
+        (
+            Phase::LeafSplits { next: 0 },
+            Action::SplitLeaf { child: 1 }
+        )
     );
     // A single key cannot be split.
     let root = parent(vec![leaf(50, 1, 2, st), leaf(150, 11, 11, st)]);
@@ -778,7 +784,10 @@ fn policy_decisions() {
     .unwrap();
     assert_eq!(
         (c.phase, a),
-        (Phase::LeafSplits, Action::SplitLeaf { child: 1 })
+        (
+            Phase::LeafSplits { next: 0 },
+            Action::SplitLeaf { child: 1 }
+        )
     );
     // A cursor to nowhere is corruption, not a panic.
     assert!(settle(&root, at(vec![7], Phase::Splits), shape).is_err());
@@ -816,4 +825,194 @@ fn metadata_round_trip_and_garbage() {
     let mut long = meta.clone();
     long.push(0);
     assert!(decode_meta(&long, &h.ctx.store).is_err());
+}
+
+/// De-amortization (spec §6 item 13, corrections 1 and 5), with the Db's pacing simulated as
+/// `Db::pace` does it: after each write of u units the writer owes debt × u ÷ memtable room,
+/// and works it off once it is worth a step. Checks, for every job: it is done when the active
+/// memtable fills (the next freeze never waits), its bound is at most a constant number of
+/// units per level per unit of σ; and for every work call: it does its budget plus at most one
+/// key, and writes at most that many data pages (at half fill) plus the two 64-page chunks its
+/// builders may hold, plus the index, filter and header pages of the d-trees it finishes.
+#[test]
+fn paced_jobs_are_bounded_per_call_and_finish_before_the_next_freeze() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    for fanout in [3u64, 5] {
+        let vlen = 40u64;
+        let u = unit(vlen);
+        let sigma = 300 * u;
+        let step = sigma / 64;
+        let mut h = Harness::new(sigma, params(fanout as u32));
+        let mut model = Model::new();
+        let pages = |h: &Harness| {
+            let io = h.ctx.store.counters().snapshot();
+            (io.written(Purpose::Flush) + io.written(Purpose::Merge)) / PAGE_SIZE as u64
+        };
+        let fin = |h: &Harness| h.tree.counters.finish_pages.load(Ordering::Relaxed);
+        let mut mem = Arc::new(Memtable::new(0));
+        let (mut active, mut owed) = (0u64, 0u64);
+        let (mut jobs, mut calls, mut worst_ratio) = (0u64, 0u64, 0f64);
+        let (mut max_take, mut max_pages) = (0u64, 0u64);
+        for i in 0..40 * 300u64 {
+            if active + u > sigma {
+                assert_eq!(
+                    h.tree.debt(),
+                    0,
+                    "write {i}: the job is not done at the freeze"
+                );
+                h.tree.absorb(mem.clone()).unwrap();
+                let bound = h.tree.debt();
+                let height = u64::from(h.tree.version().height);
+                // The job bound per level: flush 2(σ + fσ), split the node 2fσ, below the
+                // last level the leaf splits 2(σ + fσ); key groups add a little.
+                let per_level = (6 * fanout + 6) * sigma;
+                assert!(
+                    bound <= per_level * height,
+                    "fanout {fanout}: bound {bound} above {per_level} x {height} levels"
+                );
+                worst_ratio = worst_ratio.max(bound as f64 / sigma as f64 / height as f64);
+                jobs += 1;
+                mem = Arc::new(Memtable::new(0));
+                active = 0;
+            }
+            let k = key(rng.gen_range(0..1_000_000));
+            h.seq += 1;
+            let v = vec![(i % 251) as u8; vlen as usize];
+            mem.insert(&k, h.seq, Kind::Put, &v);
+            model.insert(k, v);
+            active += u;
+            // Db::pace.
+            let debt = h.tree.debt();
+            if debt == 0 {
+                owed = 0;
+                continue;
+            }
+            let room = sigma.saturating_sub(active).max(1);
+            owed += (debt * u).div_ceil(room);
+            if owed < step && owed < debt {
+                continue;
+            }
+            let take = owed.min(debt);
+            owed = 0;
+            let (p0, f0) = (pages(&h), fin(&h));
+            let done = h.tree.work(take).unwrap();
+            calls += 1;
+            let (written, finished) = (pages(&h) - p0, fin(&h) - f0);
+            let group = h.tree.version().observed.max_group.max(u);
+            // Past the budget: one key, read from both inputs and written, and the next entry
+            // of each input and of the merge read ahead (at most six key groups).
+            assert!(done <= take + 6 * group, "call of {take} did {done} units");
+            let data_bound = (take + 6 * group).div_ceil(2048) + 2 * CHUNK_PAGES;
+            assert!(
+                written <= data_bound + finished,
+                "call of {take} units wrote {written} pages: {data_bound} + {finished} finishing"
+            );
+            max_take = max_take.max(take);
+            max_pages = max_pages.max(written);
+        }
+        h.absorb_and_run(mem, step, false);
+        let st = h.tree.stats();
+        println!(
+            "fanout {fanout}: {jobs} jobs, {calls} paced calls, largest budget {max_take} units \
+             ({:.1}% of sigma), most pages by one call {max_pages}, worst bound {worst_ratio:.1} \
+             sigma per level; height {} {:?}",
+            100.0 * max_take as f64 / sigma as f64,
+            st.height,
+            st.counters
+        );
+        assert!(st.height >= 4, "height {}", st.height);
+        assert_eq!(st.counters["bound_misses"], 0);
+        // No call came near a whole job: the largest budget is a small share of σ.
+        assert!(max_take < sigma / 4, "a call was given {max_take} units");
+        h.verify(&model, &mut rng);
+    }
+}
+
+fn db_options(background_threads: usize) -> crate::Options {
+    crate::Options {
+        index: Some(crate::IndexKind::NbTree(NbTreeParams::default())),
+        cache_bytes: 1 << 20,
+        memtable_bytes: 64 << 10,
+        direct_io: false,
+        background_threads,
+        ..crate::Options::default()
+    }
+}
+
+/// Through the Db, with no background thread (writers do all the work through pacing): no
+/// writer ever waits for memtable room, so every job finished before the next freeze, and
+/// the largest work call stays a small share of a memtable. (The Db works in steps of
+/// memtable/256, at least 16 KiB: with a 1 MiB memtable that is σ/64; at the suite's 64 KiB a
+/// step is σ/4, and the rest of a job whose bound is tight may be left for the freeze.)
+#[test]
+fn db_pacing_finishes_every_job_before_the_next_freeze() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = crate::Options {
+        memtable_bytes: 1 << 20,
+        ..db_options(0)
+    };
+    let db = crate::Db::open(dir.path(), opts).unwrap();
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let n = 250_000u64;
+    for i in 0..n {
+        let k = key(rng.gen_range(0..u64::MAX));
+        db.put(k, i.to_le_bytes().repeat(8)).unwrap();
+    }
+    let s = db.stats();
+    println!(
+        "switches {} pacing delays {} stalls {} height {} {:?}",
+        s.memtable_switches, s.pacing_delays, s.stalls, s.index.height, s.index.counters
+    );
+    assert!(s.memtable_switches > 25 && s.index.height >= 4);
+    assert_eq!(s.stalls, 0, "a writer waited for a job at a freeze");
+    assert!(s.pacing_delays > 0);
+    assert!(
+        s.index.counters["max_work_call_units"] < (1 << 20) / 4,
+        "one call did {} units",
+        s.index.counters["max_work_call_units"]
+    );
+    db.check().unwrap();
+    db.close().unwrap();
+}
+
+/// Spec §6 item 17: readers running while jobs move data down never miss a present key (the
+/// child's d-tree is committed before the parent's pointer moves or the memtable goes).
+#[test]
+fn readers_during_jobs_never_miss_a_key() {
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(crate::Db::open(dir.path(), db_options(1)).unwrap());
+    let written = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let k = |i: u64| key(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (db, written, stop) = (db.clone(), written.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(r);
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let n = written.load(Ordering::Acquire);
+                    if n == 0 {
+                        continue;
+                    }
+                    let i = rng.gen_range(0..n);
+                    let got = db.get(k(i)).unwrap();
+                    assert_eq!(got, Some(i.to_le_bytes().to_vec()), "key {i} of {n} missed");
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    for i in 0..60_000u64 {
+        db.put(k(i), i.to_le_bytes()).unwrap();
+        written.store(i + 1, Ordering::Release);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    let s = db.stats();
+    println!("{reads} reads during {} jobs", s.index.counters["jobs"]);
+    assert!(s.index.counters["jobs"] > 20 && reads > 1000);
+    assert!(s.index.counters["deep_flushes"] > 0 && s.index.counters["leaf_splits"] > 0);
 }

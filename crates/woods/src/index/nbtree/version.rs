@@ -125,8 +125,10 @@ pub enum Phase {
     /// The node at the path has just sent `sent` units to its children: next, split oversized
     /// leaf children or flush the largest child.
     AfterFlush { sent: u64 },
-    /// Splitting every leaf child of the node at the path that holds more than σ.
-    LeafSplits,
+    /// Splitting every leaf child of the node at the path that holds more than σ, from child
+    /// `next` on. Each leaf splits at most once per job (its halves are not looked at again),
+    /// so the node has at most 2f children and one split of it leaves at most f in each half.
+    LeafSplits { next: u32 },
     /// Going back up the path, splitting every node with more than f children.
     Splits,
 }
@@ -242,7 +244,7 @@ pub fn encode_meta(
                     moved,
                 } => (1, vec![*received, *target, *moved]),
                 Phase::AfterFlush { sent } => (2, vec![*sent]),
-                Phase::LeafSplits => (3, vec![]),
+                Phase::LeafSplits { next } => (3, vec![u64::from(*next)]),
                 Phase::Splits => (4, vec![]),
             };
             out.push(tag);
@@ -339,7 +341,10 @@ pub fn decode_meta(buf: &[u8], store: &Arc<PageFile>) -> Result<Decoded> {
                     moved: r.varint()?,
                 },
                 2 => Phase::AfterFlush { sent: r.varint()? },
-                3 => Phase::LeafSplits,
+                3 => Phase::LeafSplits {
+                    next: u32::try_from(r.varint()?)
+                        .map_err(|_| bad("leaf split position out of range".into()))?,
+                },
                 _ => Phase::Splits,
             };
             if node_at(&root, &path).is_none() {
