@@ -596,32 +596,6 @@ impl Run {
         Ok(rank.saturating_add(node.lower_bound(key, u64::MAX)? as u64))
     }
 
-    /// The entries with key < `key` and their user bytes (key + value lengths): what
-    /// [`Run::rank`] counts, with sizes, from the subtree totals of one root-to-leaf descent and
-    /// the leaf's items before the position. So a caller can size a key range of a run without
-    /// reading it (an index deciding how a merge's output will be divided).
-    pub fn totals_below(&self, key: &[u8], purpose: Purpose) -> Result<(u64, u64)> {
-        let Some(mut node) = self.root_node(purpose)? else {
-            return Ok((0, 0));
-        };
-        let (mut entries, mut bytes) = (0u64, 0u64);
-        while node.level > 0 {
-            let i = node.lower_bound(key, u64::MAX)?.saturating_sub(1);
-            for j in 0..i {
-                let item = node.index(j)?;
-                entries = entries.saturating_add(item.entries);
-                bytes = bytes.saturating_add(item.bytes);
-            }
-            node = self.child_node(&node, i, purpose)?;
-        }
-        for j in 0..node.lower_bound(key, u64::MAX)? {
-            let item = node.data(j)?;
-            entries += 1;
-            bytes = bytes.saturating_add(item.key.len() as u64 + item.value_len());
-        }
-        Ok((entries, bytes))
-    }
-
     /// Reads every page of the run and verifies it: checksums, page types and levels, entry
     /// order within and across pages, index separators and subtree counts, blob values, the
     /// filter (no false negatives) and the header and metadata totals. Returns the number of

@@ -526,31 +526,6 @@ fn garbage_pages_never_panic() {
     assert_eq!(run.check().unwrap(), m.len() as u64);
 }
 
-#[test]
-fn totals_below_match_the_model() {
-    let mut rng = SmallRng::seed_from_u64(seed());
-    let (_fs, pf) = store();
-    let m = model(&mut rng, 20_000);
-    let run = build(&pf, &m, opts());
-    let total: u64 = m.iter().map(|e| e.user_bytes() as u64).sum();
-    assert_eq!(run.totals_below(b"", Purpose::Merge).unwrap(), (0, 0));
-    assert_eq!(
-        run.totals_below(&[0xff; 2000], Purpose::Merge).unwrap(),
-        (m.len() as u64, total)
-    );
-    let mut keys: Vec<&[u8]> = m.iter().map(|e| &*e.key).collect();
-    keys.dedup();
-    for k in keys.iter().step_by(89) {
-        let below: Vec<&Entry> = m.iter().filter(|e| &*e.key < *k).collect();
-        let bytes: u64 = below.iter().map(|e| e.user_bytes() as u64).sum();
-        assert_eq!(
-            run.totals_below(k, Purpose::UserRead).unwrap(),
-            (below.len() as u64, bytes)
-        );
-        assert_eq!(run.rank(k).unwrap(), below.len() as u64);
-    }
-}
-
 fn old_copy(b: &[u8]) -> crate::storage::AlignedBuf {
     crate::storage::AlignedBuf::from_slice(b)
 }
