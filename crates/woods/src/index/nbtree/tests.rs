@@ -1016,3 +1016,42 @@ fn readers_during_jobs_never_miss_a_key() {
     assert!(s.index.counters["jobs"] > 20 && reads > 1000);
     assert!(s.index.counters["deep_flushes"] > 0 && s.index.counters["leaf_splits"] > 0);
 }
+
+/// Spec §6 item 11: tiny and wide parameters (σ of 2, 7 and 64 entries; f of 3, 4 and 10)
+/// against a model, with overwrites and deletes, every invariant after every step.
+#[test]
+fn tiny_and_wide_parameters_against_a_model() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    for (entries, fanout) in [(2u64, 3u32), (7, 4), (64, 10), (7, 10)] {
+        let vlen = 12;
+        let sigma = entries * unit(vlen);
+        let mut h = Harness::new(sigma, params(fanout));
+        let mut model = Model::new();
+        let keys = 40 * entries * u64::from(fanout);
+        for _ in 0..(600 / entries).max(60) {
+            let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+            for _ in 0..rng.gen_range(1..=entries) {
+                let k = key(rng.gen_range(0..keys));
+                if writes.iter().any(|(w, _)| *w == k) {
+                    continue;
+                }
+                // Deletes are written with a 12-byte value's room: the memtable stays within σ.
+                let v = (!rng.gen_ratio(1, 6)).then(|| vec![rng.gen(); vlen as usize]);
+                match &v {
+                    Some(v) => model.insert(k.clone(), v.clone()),
+                    None => model.remove(&k),
+                };
+                writes.push((k, v));
+            }
+            let m = h.mem(&writes);
+            h.absorb_and_run(m, rng.gen_range(1..4 * sigma), true);
+        }
+        h.verify(&model, &mut rng);
+        let st = h.tree.stats();
+        println!(
+            "sigma {entries} entries, f {fanout}: height {} {:?}",
+            st.height, st.counters
+        );
+        assert!(st.height >= 3, "height {}", st.height);
+    }
+}
