@@ -1,6 +1,6 @@
 //! End-to-end tests of the `woods` binary.
 //!
-//! Every test that loads data runs for both index kinds (`btree`, `lsm`). Seeds, kill points
+//! Every test that loads data runs for every index kind (`btree`, `lsm`, `nbtree`). Seeds, kill points
 //! and results are printed: run with `--nocapture` to see them, and pass a printed seed to
 //! `woods load/verify --seed` to reproduce a failure by hand.
 
@@ -338,6 +338,51 @@ fn load_verify_lsm() {
     load_then_verify("lsm");
 }
 
+#[test]
+fn load_verify_nbtree() {
+    load_then_verify("nbtree");
+}
+
+/// `woods stats` shows the NB-tree's shape (a line per s-tree level: d-trees, live and
+/// physical sizes, bloom bytes) and a counter for every reorganisation; `woods check` verifies
+/// its invariants.
+#[test]
+fn nbtree_stats_and_check() {
+    let d = tmp();
+    let db = d.path().join("db");
+    let db = path(&db);
+    ok(&[
+        "load",
+        db,
+        "--index",
+        "nbtree",
+        "--records",
+        "60000",
+        "--memtable-bytes",
+        "256K",
+    ]);
+    assert!(ok(&["check", db]).ends_with(" entries ok\n"));
+    let stats = ok(&["stats", db]);
+    for want in [
+        "kind              nbtree",
+        "height",
+        "filter bytes",
+        "flushes",
+        "deep_flushes",
+        "leaf_splits",
+        "node_splits",
+        "root_splits",
+        "job_steps",
+        "level 0: 1 s-nodes",
+        "level 1:",
+        "level 2:",
+        "d-trees, live",
+        "bloom",
+    ] {
+        assert!(stats.contains(want), "stats lacks {want:?}:\n{stats}");
+    }
+}
+
 /// Reads `acknowledged I` lines from a running load in a thread: the highest I seen (+1, 0 for
 /// none) and a channel that gets every new count of acknowledgements.
 fn watch_acks(
@@ -468,4 +513,14 @@ fn crash_buffered_btree() {
 #[test]
 fn crash_buffered_lsm() {
     crash_buffered("lsm");
+}
+
+#[test]
+fn crash_sync_nbtree() {
+    crash_sync("nbtree");
+}
+
+#[test]
+fn crash_buffered_nbtree() {
+    crash_buffered("nbtree");
 }

@@ -79,6 +79,30 @@ impl Default for LsmParams {
     }
 }
 
+/// Parameters of the Nested B-tree (specs/nbtree.md). σ, the most a d-tree holds, is the Db's
+/// `memtable_bytes`: the root's d-tree is the memtable, and every s-tree level takes σ per
+/// flush. The defaults are the paper's experimental setting (f = 3, 10 bits/key) and need no
+/// memory beyond the bloom filters (about 1.25 bytes per key) and the s-tree (a few hundred
+/// bytes per d-tree): on this 2-core, 24 GiB machine the Db's memtable (16 MiB by default, σ)
+/// and the page cache are the budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NbTreeParams {
+    /// f, the s-tree fanout: the most children an s-node has (the paper's experiments: 3).
+    /// Inserts cost grows linearly with f, queries fall logarithmically (the paper's Fig. 4).
+    pub fanout: u32,
+    /// Bloom filter bits per key of every d-tree (the paper: about 10); 0 builds no filters.
+    pub bloom_bits_per_key: u32,
+}
+
+impl Default for NbTreeParams {
+    fn default() -> Self {
+        NbTreeParams {
+            fanout: 3,
+            bloom_bits_per_key: 10,
+        }
+    }
+}
+
 /// Which index structure organises the data file, with its parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IndexKind {
@@ -86,6 +110,8 @@ pub enum IndexKind {
     BTree(BTreeParams),
     /// Leveled LSM-tree following LevelDB's rules: the write-optimized baseline.
     Lsm(LsmParams),
+    /// Nested B-tree (Zeighami and Wong, PVLDB 2020): de-amortized inserts, bloom filters.
+    NbTree(NbTreeParams),
 }
 
 impl IndexKind {
@@ -94,6 +120,7 @@ impl IndexKind {
         match self {
             IndexKind::BTree(_) => "btree",
             IndexKind::Lsm(_) => "lsm",
+            IndexKind::NbTree(_) => "nbtree",
         }
     }
 
@@ -102,8 +129,9 @@ impl IndexKind {
         match name {
             "btree" => Ok(IndexKind::BTree(BTreeParams::default())),
             "lsm" => Ok(IndexKind::Lsm(LsmParams::default())),
+            "nbtree" => Ok(IndexKind::NbTree(NbTreeParams::default())),
             other => Err(Error::InvalidOption(format!(
-                "unknown index kind {other:?} (known: btree, lsm)"
+                "unknown index kind {other:?} (known: btree, lsm, nbtree)"
             ))),
         }
     }
@@ -113,6 +141,7 @@ impl IndexKind {
         vec![
             IndexKind::BTree(BTreeParams::default()),
             IndexKind::Lsm(LsmParams::default()),
+            IndexKind::NbTree(NbTreeParams::default()),
         ]
     }
 
@@ -152,6 +181,21 @@ impl IndexKind {
                     ));
                 }
             }
+            IndexKind::NbTree(p) => {
+                // The paper needs f >= 3 (a split of f + 1 children leaves ceil(f/2) in each
+                // half) and f a small fraction of σ (spec P12).
+                if !(3..=64).contains(&p.fanout) {
+                    return Err(Error::InvalidOption(format!(
+                        "nbtree fanout {} not in 3..=64",
+                        p.fanout
+                    )));
+                }
+                if p.bloom_bits_per_key > 64 {
+                    return Err(Error::InvalidOption(
+                        "nbtree bloom_bits_per_key above 64".into(),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -172,6 +216,11 @@ impl IndexKind {
                 codec::put_u32(out, p.l0_stop);
                 codec::put_u32(out, p.bloom_bits_per_key);
             }
+            IndexKind::NbTree(p) => {
+                out.push(3);
+                codec::put_u32(out, p.fanout);
+                codec::put_u32(out, p.bloom_bits_per_key);
+            }
         }
     }
 
@@ -187,6 +236,10 @@ impl IndexKind {
                 l0_compaction_trigger: r.u32()?,
                 l0_slowdown: r.u32()?,
                 l0_stop: r.u32()?,
+                bloom_bits_per_key: r.u32()?,
+            })),
+            3 => Ok(IndexKind::NbTree(NbTreeParams {
+                fanout: r.u32()?,
                 bloom_bits_per_key: r.u32()?,
             })),
             k => Err(Error::corruption(

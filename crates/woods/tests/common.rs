@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, Options};
+use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options};
 
 /// Appends operands to the value: the suite's merge operator.
 pub struct Append;
@@ -32,6 +32,8 @@ pub fn kinds() -> Vec<IndexKind> {
             size_ratio: 4,
             ..LsmParams::default()
         }),
+        // σ is the suite's 64 KiB memtable; f = 3 (the paper's) reaches height 3 and more.
+        IndexKind::NbTree(NbTreeParams::default()),
     ]
 }
 

@@ -298,6 +298,13 @@ fn model_test(kind: IndexKind) {
     let required: &[&str] = match name {
         "btree" => &["splits"],
         "lsm" => &["flushes", "compactions", "trivial_moves"],
+        "nbtree" => &[
+            "flushes",
+            "deep_flushes",
+            "leaf_splits",
+            "node_splits",
+            "root_splits",
+        ],
         _ => &[],
     };
     for r in required {
@@ -982,7 +989,7 @@ macro_rules! suite {
     )*};
 }
 
-suite!(btree: "btree", lsm: "lsm");
+suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree");
 
 /// The child side of the process-crash test: writes records in order and reports each
 /// acknowledgement (and whether background work was in flight) on stdout until killed.
@@ -1126,6 +1133,11 @@ fn crash_lsm() {
     crash_test(kind("lsm"))
 }
 
+#[test]
+fn crash_nbtree() {
+    crash_test(kind("nbtree"))
+}
+
 /// The child side of the memory test: loads data many times its budgets, reads it back and
 /// prints its peak resident memory.
 #[test]
@@ -1207,4 +1219,9 @@ fn memory_btree() {
 #[test]
 fn memory_lsm() {
     memory_test(kind("lsm"))
+}
+
+#[test]
+fn memory_nbtree() {
+    memory_test(kind("nbtree"))
 }

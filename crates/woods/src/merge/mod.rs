@@ -312,6 +312,64 @@ impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
     }
 }
 
+impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
+    /// Reads the versions of the next key from the input and returns what
+    /// [`compact_versions`] keeps of them, possibly nothing (a tombstone that met its value at
+    /// the bottom); `None` at the end of the input. One call reads one key's versions only, so
+    /// a caller working in bounded steps can stop between any two keys, however many keys in a
+    /// row compact away to nothing (the [`Iterator`] interface reads on until something is
+    /// kept). Entries an interleaved `next` left pending come first.
+    pub fn next_group(&mut self) -> Option<Result<Vec<Entry>>> {
+        if !self.pending.is_empty() {
+            return Some(Ok(self.pending.drain(..).collect()));
+        }
+        Some(self.next_kept()?.map(|k| match k {
+            Kept::One(e) => vec![e],
+            Kept::Many(v) => v,
+        }))
+    }
+
+    /// What is kept of the next key's versions, `None` at the end of the input. A key with one
+    /// version that is not a Merge is kept as it is, but a tombstone at the bottom, which hides
+    /// nothing (`compact_versions` would decide the same): most keys of a merge take this way,
+    /// without a group vector.
+    fn next_kept(&mut self) -> Option<Result<Kept>> {
+        let first = match self.input.next()? {
+            Ok(e) => e,
+            Err(e) => return Some(Err(e)),
+        };
+        let alone = !matches!(self.input.peek(), Some(Ok(e)) if e.key == first.key);
+        if alone && first.kind != Kind::Merge {
+            if first.kind == Kind::Delete && self.bottom {
+                return Some(Ok(Kept::Many(Vec::new())));
+            }
+            return Some(Ok(Kept::One(first)));
+        }
+        let mut group = vec![first];
+        loop {
+            match self.input.peek() {
+                Some(Ok(e)) if e.key == group[0].key => {}
+                _ => break,
+            }
+            match self.input.next() {
+                Some(Ok(e)) => group.push(e),
+                Some(Err(e)) => return Some(Err(e)),
+                None => break,
+            }
+        }
+        Some(
+            compact_versions(&group, &self.snapshots, self.bottom, self.merge_op.as_ref())
+                .map(Kept::Many),
+        )
+    }
+}
+
+/// What [`Compactor::next_kept`] keeps of one key.
+enum Kept {
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
 impl<I: Iterator<Item = Result<Entry>>> Iterator for Compactor<I> {
     type Item = Result<Entry>;
     fn next(&mut self) -> Option<Result<Entry>> {
@@ -319,33 +377,9 @@ impl<I: Iterator<Item = Result<Entry>>> Iterator for Compactor<I> {
             if let Some(e) = self.pending.pop_front() {
                 return Some(Ok(e));
             }
-            let first = match self.input.next()? {
-                Ok(e) => e,
-                Err(e) => return Some(Err(e)),
-            };
-            let alone = !matches!(self.input.peek(), Some(Ok(e)) if e.key == first.key);
-            if alone && first.kind != Kind::Merge {
-                // One version: `compact_versions` keeps it as it is, but a tombstone at the
-                // bottom, which hides nothing. (Most keys of a merge take this way.)
-                if first.kind == Kind::Delete && self.bottom {
-                    continue;
-                }
-                return Some(Ok(first));
-            }
-            let mut group = vec![first];
-            loop {
-                match self.input.peek() {
-                    Some(Ok(e)) if e.key == group[0].key => {}
-                    _ => break,
-                }
-                match self.input.next() {
-                    Some(Ok(e)) => group.push(e),
-                    Some(Err(e)) => return Some(Err(e)),
-                    None => break,
-                }
-            }
-            match compact_versions(&group, &self.snapshots, self.bottom, self.merge_op.as_ref()) {
-                Ok(kept) => self.pending.extend(kept),
+            match self.next_kept()? {
+                Ok(Kept::One(e)) => return Some(Ok(e)),
+                Ok(Kept::Many(kept)) => self.pending.extend(kept),
                 Err(e) => return Some(Err(e)),
             }
         }
@@ -455,6 +489,36 @@ mod tests {
             }
             assert_eq!(resolved, want, "reverse {reverse}");
         }
+    }
+
+    /// `next_group` stops after every key, even one that compacts away to nothing, and gives
+    /// the same entries as the iterator.
+    #[test]
+    fn next_group_is_one_key_at_a_time() {
+        let input = || -> Vec<Result<Entry>> {
+            vec![
+                Ok(Entry::new(b"a", 4, Kind::Delete, b"")),
+                Ok(Entry::new(b"a", 1, Kind::Put, b"x")),
+                Ok(Entry::new(b"b", 5, Kind::Delete, b"")),
+                Ok(Entry::new(b"c", 3, Kind::Put, b"y")),
+                Ok(Entry::new(b"c", 2, Kind::Put, b"z")),
+            ]
+        };
+        let mut c = Compactor::new(input().into_iter(), Vec::new(), true, None);
+        let mut groups: Vec<Vec<u64>> = Vec::new();
+        while let Some(g) = c.next_group() {
+            groups.push(g.unwrap_or_default().iter().map(|e| e.seq).collect());
+        }
+        assert_eq!(groups, vec![vec![], vec![], vec![3]]);
+        let all: Vec<u64> = Compactor::new(input().into_iter(), Vec::new(), true, None)
+            .map(|e| e.map(|e| e.seq).unwrap_or_default())
+            .collect();
+        assert_eq!(all, vec![3]);
+        let kept_with_snapshot: Vec<u64> =
+            Compactor::new(input().into_iter(), vec![2], false, None)
+                .map(|e| e.map(|e| e.seq).unwrap_or_default())
+                .collect();
+        assert_eq!(kept_with_snapshot, vec![4, 1, 5, 3, 2]);
     }
 
     #[test]

@@ -43,7 +43,7 @@ impl Sink {
         if n > chunk_pages {
             // Larger than a chunk: an extent of its own, allocated exactly.
             let extent = self.store.alloc().alloc(n);
-            self.done.push(extent);
+            self.note_extent(extent);
             let mut buf = AlignedBuf::zeroed(n as usize * PAGE_SIZE);
             for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
                 fill(i, page);
@@ -86,6 +86,16 @@ impl Sink {
         Ok(c.extent.start + first as u64)
     }
 
+    /// Records an extent of the run, extending the last one when it directly follows it (the
+    /// allocator hands out consecutive chunks from the same free range), so that a large run's
+    /// metadata lists a few extents, not one per chunk.
+    fn note_extent(&mut self, e: Extent) {
+        match self.done.last_mut() {
+            Some(last) if last.end() == e.start => last.pages += e.pages,
+            _ => self.done.push(e),
+        }
+    }
+
     /// Writes the filled part of the chunk and gives its unused tail back.
     fn flush_chunk(&mut self) -> Result<()> {
         let Some(c) = self.chunk.take() else {
@@ -103,7 +113,7 @@ impl Sink {
         if used.pages == 0 {
             return Ok(());
         }
-        self.done.push(used);
+        self.note_extent(used);
         let mut buf = c.buf;
         let r = self.store.write(
             used.start,

@@ -775,6 +775,54 @@ impl Run {
     }
 }
 
+/// A run known from its metadata and opened (header and filter read) on first use, as
+/// LevelDB's table cache opens tables: an index that lists many runs in its manifest metadata
+/// opens without reading them, and a damaged run fails the reads that need it rather than the
+/// whole open. Shared as `Arc<LazyRun>`; it never releases the run's extents (its owner does).
+pub struct LazyRun {
+    store: Arc<PageFile>,
+    meta: RunMeta,
+    run: std::sync::OnceLock<Arc<Run>>,
+}
+
+impl LazyRun {
+    /// A run from its metadata, not opened yet.
+    pub fn new(store: Arc<PageFile>, meta: RunMeta) -> LazyRun {
+        LazyRun {
+            store,
+            meta,
+            run: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A run that is already open (just built).
+    pub fn from_run(run: Run) -> LazyRun {
+        let lazy = LazyRun::new(run.store.clone(), run.meta.clone());
+        let _ = lazy.run.set(Arc::new(run));
+        lazy
+    }
+
+    /// The run's metadata.
+    pub fn meta(&self) -> &RunMeta {
+        &self.meta
+    }
+
+    /// Whether the run has been opened (its filter is in memory).
+    pub fn is_open(&self) -> bool {
+        self.run.get().is_some()
+    }
+
+    /// The open run, opened now if it was not yet. A failed open is not remembered: the next
+    /// call tries again.
+    pub fn run(&self) -> Result<&Arc<Run>> {
+        if let Some(r) = self.run.get() {
+            return Ok(r);
+        }
+        let run = Arc::new(Run::open(self.store.clone(), self.meta.clone())?);
+        Ok(self.run.get_or_init(|| run))
+    }
+}
+
 /// What [`Run::check`] accumulates while walking the leaves in order.
 struct CheckState {
     entries: u64,

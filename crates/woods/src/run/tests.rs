@@ -286,8 +286,11 @@ fn scans_that_are_not_user_reads_read_ahead_and_bypass_the_cache() {
     assert!(all == m, "merge scan differs from the model");
     let ops = reads(Purpose::Merge) - before;
     // One request per extent's worth of data pages (plus the root and index pages, and the
-    // blob pages of a window's first data page, which lie before it), not one per page.
-    let bound = 2 * data_pages.div_ceil(READAHEAD_PAGES) + run.meta().extents.len() as u64 + 16;
+    // blob pages of a window's first data page, which lie before it), not one per page. The
+    // chunks the run was written in bound the windows cut short (adjacent chunks are listed
+    // as one extent).
+    let chunks = run.meta().pages().div_ceil(opts().extent_pages);
+    let bound = 2 * data_pages.div_ceil(READAHEAD_PAGES) + chunks + 16;
     assert!(
         ops <= bound,
         "{ops} read requests for {data_pages} data pages (bound {bound})"
@@ -577,4 +580,59 @@ fn open_runs_charge_their_filters_to_the_cache() {
     );
     assert_eq!(reserved(&pf), 0, "no filter, no charge");
     drop(none);
+}
+
+/// A lazy run reads nothing until used; a damaged header fails the use, not the creation, and
+/// a later use after the damage is repaired opens it.
+#[test]
+fn lazy_run_opens_on_first_use() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (fs, pf) = store();
+    let m = model(&mut rng, 500);
+    let run = build(&pf, &m, opts());
+    let meta = run.meta().clone();
+    let header = meta.root_page;
+    let reads = |pf: &PageFile| pf.counters().snapshot().total_read();
+    let before = reads(&pf);
+    let lazy = LazyRun::new(pf.clone(), meta.clone());
+    assert!(!lazy.is_open());
+    assert_eq!(reads(&pf), before, "creating a lazy run reads nothing");
+    let off = header * PAGE_SIZE as u64 + 20;
+    assert!(fs.flip_byte(Path::new(DATA), off));
+    assert_eq!(corruption_page(lazy.run().err().unwrap()), Some(header));
+    assert!(!lazy.is_open());
+    assert!(fs.flip_byte(Path::new(DATA), off));
+    let key = m[m.len() / 3].key.clone();
+    let mut out = Vec::new();
+    lazy.run().unwrap().get(&key, u64::MAX, &mut out).unwrap();
+    assert_eq!(out, model_get(&m, &key, u64::MAX));
+    assert!(lazy.is_open());
+    let built = LazyRun::from_run(Run::open(pf.clone(), meta.clone()).unwrap());
+    assert!(built.is_open());
+    assert_eq!(built.meta(), &meta);
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<LazyRun>();
+}
+
+/// Chunks the allocator hands out one after another are listed as one extent: a large run's
+/// metadata stays small.
+#[test]
+fn consecutive_chunks_are_one_extent() {
+    let (_fs, pf) = store();
+    let mut b = RunBuilder::new(
+        pf.clone(),
+        RunOptions {
+            extent_pages: 8,
+            ..opts()
+        },
+    );
+    for i in 0..20_000u32 {
+        b.add(&Entry::new(&i.to_be_bytes(), 1, Kind::Put, &[7u8; 40]))
+            .unwrap();
+    }
+    let meta = b.finish().unwrap();
+    assert!(meta.pages() > 100, "{} pages", meta.pages());
+    assert_eq!(meta.extents.len(), 1, "{:?}", meta.extents);
+    let run = Run::open(pf.clone(), meta).unwrap();
+    assert_eq!(run.check().unwrap(), 20_000);
 }

@@ -1,0 +1,161 @@
+//! Range reads (spec §3.10): the s-nodes of one level have disjoint intervals, so each level is
+//! one sorted stream of the live parts of its d-trees, read one d-tree after another; the Db
+//! merges the streams of all levels with its memtables. Each stream holds the version it was
+//! made from, so the d-trees it reads stay allocated while it lives.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::version::{DTree, SNode, Version};
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::merge::EntryIter;
+use crate::run::RunIter;
+use crate::storage::Purpose;
+
+/// Whether [a, b) (unbounded where `None`) meets the bounds.
+fn interval_meets(
+    a: Option<&[u8]>,
+    b: Option<&[u8]>,
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+) -> bool {
+    let below = match (b, lo) {
+        (Some(b), Bound::Included(l) | Bound::Excluded(l)) => b <= l.as_slice(),
+        _ => false,
+    };
+    let above = match (a, hi) {
+        (Some(a), Bound::Included(h)) => a > h.as_slice(),
+        (Some(a), Bound::Excluded(h)) => a >= h.as_slice(),
+        _ => false,
+    };
+    !below && !above
+}
+
+/// Whether the live part of `d` may hold keys within the bounds.
+fn dtree_meets(d: &DTree, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    let m = d.run.meta();
+    if m.entries == 0 || d.live_entries == 0 {
+        return false;
+    }
+    let min = match &d.live_start {
+        Some(s) if s[..] > m.min_key[..] => &s[..],
+        _ => &m.min_key[..],
+    };
+    let above_lo = match lo {
+        Bound::Included(l) => m.max_key.as_slice() >= l.as_slice(),
+        Bound::Excluded(l) => m.max_key.as_slice() > l.as_slice(),
+        Bound::Unbounded => true,
+    };
+    let below_hi = match hi {
+        Bound::Included(h) => min <= h.as_slice(),
+        Bound::Excluded(h) => min < h.as_slice(),
+        Bound::Unbounded => true,
+    };
+    min <= m.max_key.as_slice() && above_lo && below_hi
+}
+
+/// Appends, per level (depth), the d-trees whose live parts meet the bounds, in key order.
+fn collect(
+    n: &SNode,
+    depth: usize,
+    a: Option<&[u8]>,
+    b: Option<&[u8]>,
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+    levels: &mut Vec<Vec<DTree>>,
+) {
+    if !interval_meets(a, b, lo, hi) {
+        return;
+    }
+    if levels.len() <= depth {
+        levels.resize(depth + 1, Vec::new());
+    }
+    if let Some(d) = n.dtree.as_ref().filter(|d| dtree_meets(d, lo, hi)) {
+        levels[depth].push(d.clone());
+    }
+    for (i, c) in n.children.iter().enumerate() {
+        let ca = if i == 0 { a } else { Some(&n.keys[i - 1][..]) };
+        let cb = n.keys.get(i).map(|k| &k[..]).or(b);
+        collect(c, depth + 1, ca, cb, lo, hi, levels);
+    }
+}
+
+/// One source per s-tree level that holds something within the bounds.
+pub fn level_sources(
+    v: &Arc<Version>,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    reverse: bool,
+    purpose: Purpose,
+) -> Vec<EntryIter> {
+    let mut levels = Vec::new();
+    collect(&v.root, 0, None, None, &lo, &hi, &mut levels);
+    levels
+        .into_iter()
+        .filter(|l| !l.is_empty())
+        .map(|mut dtrees| -> EntryIter {
+            if reverse {
+                dtrees.reverse();
+            }
+            Box::new(LevelIter {
+                _version: v.clone(),
+                todo: dtrees.into_iter(),
+                current: None,
+                lo: lo.clone(),
+                hi: hi.clone(),
+                reverse,
+                purpose,
+                failed: false,
+            })
+        })
+        .collect()
+}
+
+/// The live parts of one level's d-trees within bounds, as one stream.
+pub struct LevelIter {
+    _version: Arc<Version>,
+    todo: std::vec::IntoIter<DTree>,
+    current: Option<RunIter>,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    reverse: bool,
+    purpose: Purpose,
+    failed: bool,
+}
+
+impl Iterator for LevelIter {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            if let Some(it) = &mut self.current {
+                match it.next() {
+                    Some(Ok(e)) => return Some(Ok(e)),
+                    Some(Err(e)) => {
+                        self.failed = true;
+                        return Some(Err(e));
+                    }
+                    None => self.current = None,
+                }
+            }
+            let d = self.todo.next()?;
+            match d.run.run() {
+                Ok(run) => {
+                    self.current = Some(run.iter(
+                        d.live_lo(self.lo.clone()),
+                        self.hi.clone(),
+                        self.reverse,
+                        self.purpose,
+                    ))
+                }
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}

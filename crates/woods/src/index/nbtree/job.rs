@@ -1,0 +1,315 @@
+//! The resumable parts of a job: a [`Pipe`] merges sorted sources into one or two new d-trees a
+//! key at a time, so that `work(budget)` can stop after any key and resume on the next call
+//! with the same builders and input iterators; a [`Cut`] ends a flush's input once it has
+//! moved its target; [`Counted`] counts what a pipe reads.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::version::{units, DTree};
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::merge::{Compactor, EntryIter, MergeIter};
+use crate::options::MergeOperator;
+use crate::run::{Run, RunBuilder, RunOptions};
+use crate::storage::{PageFile, Purpose};
+
+/// Units of one entry: key, value and the memtable's per-entry overhead.
+pub fn entry_units(e: &Entry) -> u64 {
+    units(1, e.user_bytes() as u64)
+}
+
+/// Adds the units of every entry that passes to a shared counter: what a pipe has read.
+pub struct Counted<I> {
+    inner: I,
+    units: Arc<AtomicU64>,
+}
+
+impl<I> Counted<I> {
+    pub fn new(inner: I, units: Arc<AtomicU64>) -> Self {
+        Counted { inner, units }
+    }
+}
+
+impl<I: Iterator<Item = Result<Entry>>> Iterator for Counted<I> {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        let r = self.inner.next();
+        if let Some(Ok(e)) = &r {
+            self.units.fetch_add(entry_units(e), Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+/// What a flush's input has moved so far, shared between its [`Cut`] (inside the pipe) and the
+/// job (which reads it when the child's merge is done).
+#[derive(Default, Debug)]
+pub struct CutState {
+    /// Units still to move before the cut (the flush's target less what earlier children took).
+    pub budget: u64,
+    pub moved_units: u64,
+    pub moved_entries: u64,
+    pub moved_bytes: u64,
+    /// The first key left behind when the target was reached inside this child's interval.
+    pub cut: Option<Arc<[u8]>>,
+    last_key: Option<Arc<[u8]>>,
+    group_units: u64,
+    /// The largest key group moved (a cut can overshoot its target by one group).
+    pub max_group: u64,
+}
+
+/// The parent side of a flush into one child: the parent's live entries in the child's
+/// interval, ending at the first new key once the flush has moved its target (the σ smallest
+/// live entries, spec P4), so that all versions of a key move together.
+pub struct Cut<I: Iterator<Item = Result<Entry>>> {
+    inner: std::iter::Peekable<I>,
+    state: Arc<Mutex<CutState>>,
+    ended: bool,
+}
+
+impl CutState {
+    /// The state of a flush into one child that may move `budget` more units.
+    pub fn with_budget(budget: u64) -> Self {
+        CutState {
+            budget,
+            ..CutState::default()
+        }
+    }
+}
+
+impl<I: Iterator<Item = Result<Entry>>> Cut<I> {
+    pub fn new(inner: I, state: Arc<Mutex<CutState>>) -> Self {
+        Cut {
+            inner: inner.peekable(),
+            state,
+            ended: false,
+        }
+    }
+}
+
+impl<I: Iterator<Item = Result<Entry>>> Iterator for Cut<I> {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        if self.ended {
+            return None;
+        }
+        let mut st = self.state.lock();
+        match self.inner.peek() {
+            None => {
+                st.max_group = st.max_group.max(st.group_units);
+                self.ended = true;
+                return None;
+            }
+            Some(Err(_)) => return self.inner.next(),
+            Some(Ok(e)) => {
+                let new_key = st.last_key.as_ref().is_none_or(|k| **k != *e.key);
+                if new_key {
+                    st.max_group = st.max_group.max(st.group_units);
+                    st.group_units = 0;
+                    if st.moved_units >= st.budget {
+                        st.cut = Some(e.key.clone());
+                        self.ended = true;
+                        return None;
+                    }
+                    st.last_key = Some(e.key.clone());
+                }
+            }
+        }
+        let r = self.inner.next();
+        if let Some(Ok(e)) = &r {
+            let u = entry_units(e);
+            st.moved_units += u;
+            st.moved_entries += 1;
+            st.moved_bytes += e.user_bytes() as u64;
+            st.group_units += u;
+        }
+        r
+    }
+}
+
+/// Where a pipe's output goes.
+#[derive(Clone, Debug)]
+pub enum Route {
+    /// One new d-tree.
+    One,
+    /// Keys below the key to the first d-tree, the others to the second (a non-leaf split).
+    AtKey(Arc<[u8]>),
+    /// Split at the byte midpoint of `total` units: the first key whose versions end past
+    /// half goes to the second d-tree and so does everything after it (a leaf split; with
+    /// entries of one size this is the paper's median, entry ⌊len/2⌋).
+    Half(u64),
+}
+
+/// The new d-trees a finished pipe made.
+pub struct Outcome {
+    pub left: Option<Run>,
+    pub right: Option<Run>,
+    /// The first key of `right` (the s-key of a split).
+    pub split_key: Option<Arc<[u8]>>,
+    /// The largest key group written (see [`super::version::Observed`]).
+    pub max_group: u64,
+}
+
+/// A merge (or a split) in progress: sorted sources, versions compacted per key, written into
+/// one or two run builders. Everything it holds is owned, so it is kept in the job between
+/// `work` calls.
+pub struct Pipe {
+    input: Compactor<MergeIter>,
+    read: Arc<AtomicU64>,
+    written: u64,
+    route: Route,
+    left: RunBuilder,
+    right: Option<RunBuilder>,
+    left_units: u64,
+    to_right: bool,
+    split_key: Option<Arc<[u8]>>,
+    max_group: u64,
+}
+
+impl Pipe {
+    /// A pipe over `sources` (numbered newest first: on an equal key and sequence number the
+    /// last source's copy is kept, the deeper one, which a fold may have made more complete).
+    /// `read` is the counter the sources were wrapped with ([`Counted`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        sources: Vec<EntryIter>,
+        read: Arc<AtomicU64>,
+        snapshots: Vec<u64>,
+        bottom: bool,
+        merge_op: Option<Arc<dyn MergeOperator>>,
+        route: Route,
+        store: &Arc<PageFile>,
+        opts: RunOptions,
+    ) -> Pipe {
+        let split = !matches!(route, Route::One);
+        Pipe {
+            input: Compactor::new(MergeIter::new(sources, false), snapshots, bottom, merge_op),
+            read,
+            written: 0,
+            route,
+            left: RunBuilder::new(store.clone(), opts),
+            right: split.then(|| RunBuilder::new(store.clone(), opts)),
+            left_units: 0,
+            to_right: false,
+            split_key: None,
+            max_group: 0,
+        }
+    }
+
+    /// Units read and written so far.
+    pub fn units(&self) -> u64 {
+        self.read.load(Ordering::Relaxed) + self.written
+    }
+
+    /// Moves whole keys until `budget` units have been read and written in this call or the
+    /// input is exhausted; returns whether it is.
+    pub fn step(&mut self, budget: u64) -> Result<bool> {
+        let start = self.units();
+        while self.units() - start < budget {
+            let group = match self.input.next_group() {
+                None => return Ok(true),
+                Some(g) => g?,
+            };
+            let Some(first) = group.first() else {
+                continue;
+            };
+            let g: u64 = group.iter().map(entry_units).sum();
+            self.max_group = self.max_group.max(g);
+            let right = match &self.route {
+                Route::One => false,
+                Route::AtKey(k) => *first.key >= **k,
+                Route::Half(total) => {
+                    if !self.to_right && self.left.entries() > 0 && self.left_units + g > total / 2
+                    {
+                        self.to_right = true;
+                    }
+                    self.to_right
+                }
+            };
+            let b = match (&mut self.right, right) {
+                (Some(r), true) => {
+                    if self.split_key.is_none() {
+                        self.split_key = Some(first.key.clone());
+                    }
+                    r
+                }
+                _ => {
+                    self.left_units += g;
+                    &mut self.left
+                }
+            };
+            for e in &group {
+                b.add(e)?;
+            }
+            self.written += g;
+        }
+        Ok(false)
+    }
+
+    /// Finishes the builders (index levels, filter, header); an empty one gives no run.
+    pub fn finish(self, store: &PageFile) -> Result<Outcome> {
+        let finish = |b: RunBuilder| -> Result<Option<Run>> {
+            if b.entries() == 0 {
+                b.abandon();
+                return Ok(None);
+            }
+            Run::from_builder(b).map(Some)
+        };
+        let right = self.right;
+        let left = finish(self.left)?;
+        let right = match right.map(finish).transpose() {
+            Ok(r) => r.flatten(),
+            Err(e) => {
+                if let Some(l) = &left {
+                    release(store, l);
+                }
+                return Err(e);
+            }
+        };
+        let split_key = if right.is_some() {
+            self.split_key
+        } else {
+            None
+        };
+        Ok(Outcome {
+            left,
+            right,
+            split_key,
+            max_group: self.max_group,
+        })
+    }
+}
+
+/// Gives a run that was built but never committed back to the allocator.
+pub fn release(store: &PageFile, run: &Run) {
+    for e in run.extents() {
+        store.alloc().release(*e);
+    }
+}
+
+/// The live entries of a d-tree within [lo, hi), read for a reorganisation.
+pub fn live_iter(
+    d: &DTree,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    purpose: Purpose,
+) -> Result<crate::run::RunIter> {
+    Ok(d.run.run()?.iter(d.live_lo(lo), hi, false, purpose))
+}
+
+/// The interval of child `i` of a node with s-keys `keys`: [keys[i-1], keys[i]).
+pub fn child_bounds(keys: &[Arc<[u8]>], i: usize) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let lo = if i == 0 {
+        Bound::Unbounded
+    } else {
+        Bound::Included(keys[i - 1].to_vec())
+    };
+    let hi = keys
+        .get(i)
+        .map_or(Bound::Unbounded, |k| Bound::Excluded(k.to_vec()));
+    (lo, hi)
+}

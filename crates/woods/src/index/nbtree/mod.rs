@@ -1,0 +1,1115 @@
+//! `nbtree`: the Nested B-tree (Zeighami and Wong, PVLDB 2020; `specs/nbtree.md`), final
+//! (Sec. 5) version, de-amortized through the index contract.
+//!
+//! A B-tree of structural nodes (s-nodes, fanout f, kept in memory and persisted through the
+//! manifest) in which every non-root s-node owns one d-tree: an immutable run of the substrate
+//! with its bloom filter. The root's d-tree is the Db's memtables: the active memtable is the
+//! spec's buffer A, the frozen one handed to [`Index::absorb`] its Z, and σ is
+//! `memtable_bytes`. A job drains Z into the root's children, then follows the final version's
+//! `HandleFullSNode` down one path: split the oversized leaf children, or flush the σ smallest
+//! live entries of the largest child into its children (lazy removal: only a live-start
+//! pointer advances) and recurse there; on the way back up split every node with more than f
+//! children. See [`policy`] for the decisions and `docs/engine.md` for the mapping and the work
+//! bound.
+//!
+//! De-amortization: the job is a state machine advanced by `work(budget)`; a merge into a child
+//! is itself a [`job::Pipe`] that moves a key at a time and is kept between calls, so no call
+//! does more than its budget plus one key, one chunk write per output and one d-tree finish
+//! and commit. `debt()` is an upper bound of what the job has left ([`policy`]), so the Db's
+//! pacing finishes it before the active memtable fills. Each step that changes the tree has
+//! one commit point: new d-trees written, the data file synced, the manifest committed (s-tree,
+//! d-tree metadata, live pointers and the job cursor), a new immutable [`version::Version`]
+//! published. The root's drain is one commit for all children, and only it advances
+//! `durable_seq`: a child committed alone would hold writes whose log records a power cut may
+//! have lost, and recovery would not be a prefix.
+
+mod check;
+mod iter;
+mod job;
+pub mod policy;
+pub mod version;
+
+#[cfg(test)]
+mod tests;
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use self::job::{child_bounds, live_iter, Counted, Cut, CutState, Outcome, Pipe, Route};
+use self::policy::{granule, job_bound, rest_bound, settle, Action, Shape};
+use self::version::{
+    decode_meta, encode_meta, height_of, node_at, replace_at, units, Cursor, DTree, Observed,
+    Phase, SNode, Version,
+};
+use super::{Epoch, Index, IndexContext, IndexStats};
+use crate::entry::{Entry, Kind};
+use crate::error::{Error, Result};
+use crate::manifest::Commit;
+use crate::memtable::Memtable;
+use crate::merge::EntryIter;
+use crate::options::NbTreeParams;
+use crate::run::{LazyRun, Run, RunOptions};
+use crate::storage::{Extent, Purpose, PAGE_SIZE};
+
+/// Pages a d-tree builder allocates and writes at a time (256 KiB: large sequential writes,
+/// spec P7, and the most one `work` call writes beyond its budget per output).
+pub const CHUNK_PAGES: u64 = 64;
+
+#[derive(Default)]
+struct Counters {
+    absorbs: AtomicU64,
+    jobs: AtomicU64,
+    jobs_resumed: AtomicU64,
+    job_steps: AtomicU64,
+    flushes: AtomicU64,
+    deep_flushes: AtomicU64,
+    child_merges: AtomicU64,
+    leaf_splits: AtomicU64,
+    node_splits: AtomicU64,
+    root_splits: AtomicU64,
+    stale_dropped: AtomicU64,
+    units_moved: AtomicU64,
+    /// Pages written by d-tree finishes: index levels, filter and header (not data pages).
+    finish_pages: AtomicU64,
+    work_calls: AtomicU64,
+    /// Times a fresh bound of a job's remaining work came out above what was left of the
+    /// bound it started with (the bound is meant to make this impossible).
+    bound_misses: AtomicU64,
+    max_call_units: AtomicU64,
+    max_call_pages: AtomicU64,
+}
+
+/// The Nested B-tree index.
+pub struct NbTree {
+    ctx: IndexContext,
+    params: NbTreeParams,
+    shape: Shape,
+    current: RwLock<Arc<Version>>,
+    /// A frozen memtable absorbed but not yet taken up by a job, and its work bound.
+    pending: Mutex<Option<(Arc<Memtable>, u64)>>,
+    job: Mutex<Option<Job>>,
+    /// Upper bound of the work left (0: ready for the next memtable).
+    debt: AtomicU64,
+    durable: AtomicU64,
+    counters: Counters,
+}
+
+/// The root's drain, before it commits.
+enum RootPhase {
+    /// The root is a leaf: merge Z into its d-tree.
+    Absorb,
+    /// Merge Z into each child whose interval holds some of it; `built` are the new d-trees of
+    /// the children done so far, committed together at the end.
+    Flush {
+        receivers: Vec<usize>,
+        next: usize,
+        built: Vec<(usize, Option<Run>)>,
+    },
+}
+
+/// The step a pipe is doing.
+enum StepKind {
+    RootAbsorb,
+    RootChild {
+        child: usize,
+    },
+    FlushChild {
+        child: usize,
+        cut: Arc<Mutex<CutState>>,
+    },
+    SplitLeaf {
+        child: usize,
+    },
+    SplitNode,
+}
+
+/// A job: draining one frozen memtable (or finishing a job found in the manifest on open).
+struct Job {
+    /// Z, until the root's drain commits.
+    mem: Option<Arc<Memtable>>,
+    root: Option<RootPhase>,
+    /// Where the job is after the root's drain.
+    cursor: Cursor,
+    pipe: Option<(Pipe, StepKind)>,
+    /// Bound of the work left when it was last computed, and the work done since.
+    bound: u64,
+    done_since: u64,
+    observed: Observed,
+    /// The node whose flush the counters have counted (a flush spans several steps).
+    counted_flush: Option<Vec<u32>>,
+}
+
+impl Job {
+    fn debt(&self) -> u64 {
+        self.bound.saturating_sub(self.done_since).max(1)
+    }
+}
+
+/// One commit's changes.
+struct Change {
+    root: Arc<SNode>,
+    added: Vec<Arc<LazyRun>>,
+    retired: Vec<Arc<LazyRun>>,
+    durable_seq: Option<u64>,
+    /// The cursor after this step (settled before it is persisted).
+    cursor: Cursor,
+}
+
+fn leaf_with(run: Option<Run>) -> (SNode, Option<Arc<LazyRun>>) {
+    let lazy = run.map(|r| Arc::new(LazyRun::from_run(r)));
+    (
+        SNode {
+            dtree: lazy.clone().map(DTree::whole),
+            ..SNode::default()
+        },
+        lazy,
+    )
+}
+
+impl NbTree {
+    /// Opens the tree from its manifest metadata (empty: a new tree of one empty leaf). A job
+    /// the metadata records as in flight is resumed by the next `work` calls.
+    pub fn open(
+        ctx: IndexContext,
+        params: NbTreeParams,
+        meta: &[u8],
+        durable_seq: u64,
+    ) -> Result<NbTree> {
+        let shape = Shape {
+            sigma: ctx.memtable_bytes.max(1),
+            fanout: params.fanout.max(3) as usize,
+        };
+        let (root, height, mut observed, cursor) = if meta.is_empty() {
+            (Arc::new(SNode::default()), 1, Observed::default(), None)
+        } else {
+            let d = decode_meta(meta, &ctx.store)?;
+            (d.root, d.height, d.observed, d.cursor)
+        };
+        observed.sigma_max = observed.sigma_max.max(shape.sigma);
+        let version = Version {
+            root,
+            height,
+            cursor: cursor.clone(),
+            observed,
+            _epoch: Epoch::new(ctx.store.clone()),
+        };
+        let tree = NbTree {
+            ctx,
+            params,
+            shape,
+            current: RwLock::new(Arc::new(version)),
+            pending: Mutex::new(None),
+            job: Mutex::new(None),
+            debt: AtomicU64::new(0),
+            durable: AtomicU64::new(durable_seq),
+            counters: Counters::default(),
+        };
+        if let Some(cursor) = cursor {
+            let v = tree.version();
+            settle(&v.root, cursor.clone(), shape)?;
+            let bound = rest_bound(&v.root, &cursor, granule(v.observed.max_group), shape);
+            let job = Job {
+                mem: None,
+                root: None,
+                cursor,
+                pipe: None,
+                bound,
+                done_since: 0,
+                observed: v.observed,
+                counted_flush: None,
+            };
+            tree.debt.store(job.debt(), Ordering::Release);
+            *tree.job.lock() = Some(job);
+            tree.counters.jobs_resumed.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(tree)
+    }
+
+    fn version(&self) -> Arc<Version> {
+        self.current.read().clone()
+    }
+
+    /// The parameters the tree runs with.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    fn run_options(&self, purpose: Purpose) -> RunOptions {
+        RunOptions {
+            bloom_bits_per_key: self.params.bloom_bits_per_key,
+            purpose,
+            extent_pages: CHUNK_PAGES,
+        }
+    }
+
+    fn counted(
+        &self,
+        it: impl Iterator<Item = Result<Entry>> + Send + 'static,
+        read: &Arc<AtomicU64>,
+    ) -> EntryIter {
+        Box::new(Counted::new(it, read.clone()))
+    }
+
+    fn pipe(
+        &self,
+        sources: Vec<EntryIter>,
+        read: Arc<AtomicU64>,
+        bottom: bool,
+        route: Route,
+        purpose: Purpose,
+    ) -> Pipe {
+        Pipe::new(
+            sources,
+            read,
+            self.ctx.snapshots.list(),
+            bottom,
+            self.ctx.merge_op.clone(),
+            route,
+            &self.ctx.store,
+            self.run_options(purpose),
+        )
+    }
+
+    // ---- the job -------------------------------------------------------------------------
+
+    /// Starts a job for a frozen memtable.
+    fn start_job(&self, mem: Arc<Memtable>, bound: u64) -> Result<Job> {
+        let v = self.version();
+        let root = if v.root.is_leaf() {
+            RootPhase::Absorb
+        } else {
+            let mut receivers = Vec::new();
+            for i in 0..v.root.children.len() {
+                let (lo, hi) = child_bounds(&v.root.keys, i);
+                if mem.iter(lo, hi, false).next().is_some() {
+                    receivers.push(i);
+                }
+            }
+            RootPhase::Flush {
+                receivers,
+                next: 0,
+                built: Vec::new(),
+            }
+        };
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(Job {
+            mem: Some(mem),
+            root: Some(root),
+            cursor: Cursor {
+                path: Vec::new(),
+                phase: Phase::Splits,
+            },
+            pipe: None,
+            bound,
+            done_since: 0,
+            observed: v.observed,
+            counted_flush: None,
+        })
+    }
+
+    /// Advances the job by about `budget` units (one key past it, plus the finish and commit of
+    /// a step that ends inside the budget); returns whether the job is finished.
+    fn run_job(&self, job: &mut Job, budget: u64, done: &mut u64) -> Result<bool> {
+        loop {
+            if job.pipe.is_none() && !self.next_step(job)? {
+                return Ok(true);
+            }
+            if let Some((pipe, _)) = job.pipe.as_mut() {
+                let before = pipe.units();
+                let ended = pipe.step(budget.saturating_sub(*done).max(1))?;
+                let did = pipe.units() - before;
+                *done += did;
+                job.done_since += did;
+                if ended {
+                    self.complete(job)?;
+                }
+            }
+            if *done >= budget {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Sets up the job's next pipe, or commits a step that needs no I/O (leaving no pipe);
+    /// returns false when the job is finished.
+    fn next_step(&self, job: &mut Job) -> Result<bool> {
+        let v = self.version();
+        let read = Arc::new(AtomicU64::new(0));
+        if let Some(rp) = &mut job.root {
+            let Some(mem) = job.mem.clone() else {
+                return Err(Error::corruption(
+                    "nbtree job",
+                    None,
+                    "root drain without Z",
+                ));
+            };
+            match rp {
+                RootPhase::Absorb => {
+                    let mut sources =
+                        vec![self
+                            .counted(mem.iter(Bound::Unbounded, Bound::Unbounded, false), &read)];
+                    if let Some(d) = &v.root.dtree {
+                        let it = live_iter(d, Bound::Unbounded, Bound::Unbounded, Purpose::Merge)?;
+                        sources.push(self.counted(it, &read));
+                    }
+                    let p = self.pipe(sources, read, true, Route::One, Purpose::Flush);
+                    job.pipe = Some((p, StepKind::RootAbsorb));
+                }
+                RootPhase::Flush {
+                    receivers, next, ..
+                } => {
+                    if let Some(&child) = receivers.get(*next) {
+                        let c = &v.root.children[child];
+                        let (lo, hi) = child_bounds(&v.root.keys, child);
+                        let mut sources =
+                            vec![self.counted(mem.iter(lo.clone(), hi.clone(), false), &read)];
+                        if let Some(d) = &c.dtree {
+                            sources
+                                .push(self.counted(live_iter(d, lo, hi, Purpose::Merge)?, &read));
+                        }
+                        let p = self.pipe(sources, read, c.is_leaf(), Route::One, Purpose::Flush);
+                        job.pipe = Some((p, StepKind::RootChild { child }));
+                    } else {
+                        self.commit_root_flush(job)?;
+                    }
+                }
+            }
+            return Ok(true);
+        }
+        let (cursor, action) = settle(&v.root, job.cursor.clone(), self.shape)?;
+        job.cursor = cursor;
+        let path = job.cursor.path.clone();
+        let node = node_at(&v.root, &path)
+            .ok_or_else(|| Error::corruption("nbtree job", None, format!("no s-node at {path:?}")))?
+            .clone();
+        match action {
+            Action::Done => {
+                if v.cursor.is_some() {
+                    // The committed cursor still names this job: clear it.
+                    self.commit(
+                        job,
+                        Change {
+                            root: v.root.clone(),
+                            added: Vec::new(),
+                            retired: Vec::new(),
+                            durable_seq: None,
+                            cursor: job.cursor.clone(),
+                        },
+                    )?;
+                }
+                Ok(false)
+            }
+            Action::FlushChild { child } => {
+                let Phase::Flush { target, moved, .. } = job.cursor.phase else {
+                    return Err(Error::corruption(
+                        "nbtree job",
+                        None,
+                        "flush outside a flush",
+                    ));
+                };
+                let Some(d) = &node.dtree else {
+                    return Err(Error::corruption(
+                        "nbtree job",
+                        None,
+                        "flush of an empty d-tree",
+                    ));
+                };
+                if job.counted_flush.as_ref() != Some(&path) {
+                    job.counted_flush = Some(path.clone());
+                    self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+                    self.counters.deep_flushes.fetch_add(1, Ordering::Relaxed);
+                }
+                // The first child from `child` on whose interval holds live entries of the node.
+                for j in child..node.children.len() {
+                    let (lo, hi) = child_bounds(&node.keys, j);
+                    let mut parent =
+                        live_iter(d, lo.clone(), hi.clone(), Purpose::Merge)?.peekable();
+                    if parent.peek().is_none() {
+                        continue;
+                    }
+                    let c = &node.children[j];
+                    let cut = Arc::new(Mutex::new(CutState::with_budget(
+                        target.saturating_sub(moved),
+                    )));
+                    let mut sources = vec![self.counted(Cut::new(parent, cut.clone()), &read)];
+                    if let Some(cd) = &c.dtree {
+                        sources.push(self.counted(live_iter(cd, lo, hi, Purpose::Merge)?, &read));
+                    }
+                    let p = self.pipe(sources, read, c.is_leaf(), Route::One, Purpose::Merge);
+                    job.pipe = Some((p, StepKind::FlushChild { child: j, cut }));
+                    return Ok(true);
+                }
+                Err(Error::corruption(
+                    "nbtree",
+                    None,
+                    format!(
+                        "s-node {path:?} records {} live entries but none lie at or after child {child}",
+                        d.live_entries
+                    ),
+                ))
+            }
+            Action::SplitLeaf { child } => {
+                let c = &node.children[child];
+                let Some(d) = &c.dtree else {
+                    return Err(Error::corruption(
+                        "nbtree job",
+                        None,
+                        "split of an empty leaf",
+                    ));
+                };
+                let it = live_iter(d, Bound::Unbounded, Bound::Unbounded, Purpose::Merge)?;
+                let sources = vec![self.counted(it, &read)];
+                let p = self.pipe(
+                    sources,
+                    read,
+                    true,
+                    Route::Half(d.live_units()),
+                    Purpose::Merge,
+                );
+                job.pipe = Some((p, StepKind::SplitLeaf { child }));
+                Ok(true)
+            }
+            Action::SplitNode => {
+                let route = if node.is_leaf() {
+                    Route::Half(node.live_units())
+                } else {
+                    Route::AtKey(node.keys[node.keys.len() / 2].clone())
+                };
+                match &node.dtree {
+                    Some(d) => {
+                        let it = live_iter(d, Bound::Unbounded, Bound::Unbounded, Purpose::Merge)?;
+                        let sources = vec![self.counted(it, &read)];
+                        let p = self.pipe(sources, read, node.is_leaf(), route, Purpose::Merge);
+                        job.pipe = Some((p, StepKind::SplitNode));
+                    }
+                    None => {
+                        let out = Outcome {
+                            left: None,
+                            right: None,
+                            split_key: None,
+                            max_group: 0,
+                        };
+                        self.complete_split_node(job, &v, out)?;
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Finishes the pipe's d-trees and applies its step.
+    fn complete(&self, job: &mut Job) -> Result<()> {
+        let Some((pipe, kind)) = job.pipe.take() else {
+            return Ok(());
+        };
+        self.counters
+            .units_moved
+            .fetch_add(pipe.units(), Ordering::Relaxed);
+        let out = pipe.finish(&self.ctx.store)?;
+        let finished: u64 = [&out.left, &out.right]
+            .into_iter()
+            .flatten()
+            .map(|r| r.meta().pages() - r.meta().data_pages)
+            .sum();
+        self.counters
+            .finish_pages
+            .fetch_add(finished, Ordering::Relaxed);
+        job.observed.max_group = job.observed.max_group.max(out.max_group);
+        let v = self.version();
+        let r = self.apply(job, &v, kind, out);
+        if r.is_err() {
+            // Nothing of the step is committed: the next call starts it again.
+            self.abort(job);
+        }
+        r
+    }
+
+    fn apply(&self, job: &mut Job, v: &Arc<Version>, kind: StepKind, out: Outcome) -> Result<()> {
+        match kind {
+            StepKind::RootAbsorb => {
+                let mem = job.mem.clone();
+                let z = mem.as_ref().map_or(0, |m| m.bytes());
+                job.observed.max_sent = job.observed.max_sent.max(z);
+                let (root, lazy) = leaf_with(out.left);
+                let retired: Vec<_> = v.root.dtree.iter().map(|d| d.run.clone()).collect();
+                job.root = None;
+                self.commit(
+                    job,
+                    Change {
+                        root: Arc::new(root),
+                        added: lazy.into_iter().collect(),
+                        retired,
+                        durable_seq: mem.map(|m| m.max_seq()),
+                        cursor: Cursor {
+                            path: Vec::new(),
+                            phase: Phase::Splits,
+                        },
+                    },
+                )?;
+                job.mem = None;
+                Ok(())
+            }
+            StepKind::RootChild { child } => {
+                self.counters.child_merges.fetch_add(1, Ordering::Relaxed);
+                if let Some(RootPhase::Flush { next, built, .. }) = &mut job.root {
+                    built.push((child, out.left));
+                    *next += 1;
+                }
+                Ok(())
+            }
+            StepKind::FlushChild { child, cut } => {
+                self.counters.child_merges.fetch_add(1, Ordering::Relaxed);
+                let path = job.cursor.path.clone();
+                let node = node_at(&v.root, &path).ok_or_else(|| {
+                    Error::corruption("nbtree job", None, "flushed node vanished")
+                })?;
+                let st = cut.lock();
+                job.observed.max_group = job.observed.max_group.max(st.max_group);
+                let mut n = (**node).clone();
+                let mut retired = Vec::new();
+                let mut added = Vec::new();
+                let old_child = &node.children[child];
+                retired.extend(old_child.dtree.iter().map(|d| d.run.clone()));
+                let (leaf, lazy) = leaf_with(out.left);
+                added.extend(lazy);
+                n.children[child] = Arc::new(SNode {
+                    dtree: leaf.dtree,
+                    ..(**old_child).clone()
+                });
+                let Some(d) = &node.dtree else {
+                    return Err(Error::corruption(
+                        "nbtree job",
+                        None,
+                        "flush of an empty d-tree",
+                    ));
+                };
+                let live_entries = d.live_entries.checked_sub(st.moved_entries);
+                let live_bytes = d.live_bytes.checked_sub(st.moved_bytes);
+                let (Some(live_entries), Some(live_bytes)) = (live_entries, live_bytes) else {
+                    return Err(Error::corruption(
+                        "nbtree",
+                        None,
+                        format!("s-node {path:?} moved more than its live part"),
+                    ));
+                };
+                let live_start = st.cut.clone().or_else(|| node.keys.get(child).cloned());
+                if live_entries == 0 || live_start.is_none() {
+                    if live_entries != 0 {
+                        return Err(Error::corruption(
+                            "nbtree",
+                            None,
+                            format!(
+                                "s-node {path:?}: {live_entries} live entries past its last child"
+                            ),
+                        ));
+                    }
+                    // Everything moved down: the whole d-tree is stale.
+                    retired.push(d.run.clone());
+                    n.dtree = None;
+                    self.counters.stale_dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    n.dtree = Some(DTree {
+                        run: d.run.clone(),
+                        live_start,
+                        live_entries,
+                        live_bytes,
+                    });
+                }
+                let mut cursor = job.cursor.clone();
+                if let Phase::Flush { moved, .. } = &mut cursor.phase {
+                    *moved += st.moved_units;
+                    job.observed.max_sent = job.observed.max_sent.max(*moved);
+                }
+                drop(st);
+                let root = replace_at(&v.root, &path, n)?;
+                self.commit(
+                    job,
+                    Change {
+                        root,
+                        added,
+                        retired,
+                        durable_seq: None,
+                        cursor,
+                    },
+                )
+            }
+            StepKind::SplitLeaf { child } => {
+                let path = job.cursor.path.clone();
+                let node = node_at(&v.root, &path).ok_or_else(|| {
+                    Error::corruption("nbtree job", None, "split parent vanished")
+                })?;
+                let mut n = (**node).clone();
+                let retired: Vec<_> = node.children[child]
+                    .dtree
+                    .iter()
+                    .map(|d| d.run.clone())
+                    .collect();
+                let mut added = Vec::new();
+                let (left, l) = leaf_with(out.left);
+                added.extend(l);
+                // The next leaf to look at: past this one, or past both its halves.
+                let mut next = child + 1;
+                match (out.right, out.split_key) {
+                    (Some(right), Some(key)) => {
+                        let (right, r) = leaf_with(Some(right));
+                        added.extend(r);
+                        n.children[child] = Arc::new(left);
+                        n.children.insert(child + 1, Arc::new(right));
+                        n.keys.insert(child, key);
+                        next += 1;
+                        self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    (right, _) => {
+                        if let Some(r) = right {
+                            job::release(&self.ctx.store, &r);
+                        }
+                        // Compaction shrank it to one d-tree.
+                        n.children[child] = Arc::new(left);
+                    }
+                }
+                let root = replace_at(&v.root, &path, n)?;
+                let cursor = Cursor {
+                    path,
+                    phase: Phase::LeafSplits { next: next as u32 },
+                };
+                self.commit(
+                    job,
+                    Change {
+                        root,
+                        added,
+                        retired,
+                        durable_seq: None,
+                        cursor,
+                    },
+                )
+            }
+            StepKind::SplitNode => self.complete_split_node(job, v, out),
+        }
+    }
+
+    /// Splits the node at the cursor's path in two (the root: under a new root), its d-tree
+    /// already split into `out`.
+    fn complete_split_node(&self, job: &mut Job, v: &Arc<Version>, out: Outcome) -> Result<()> {
+        let mut cursor = job.cursor.clone();
+        let path = cursor.path.clone();
+        let node = node_at(&v.root, &path)
+            .ok_or_else(|| Error::corruption("nbtree job", None, "split node vanished"))?
+            .clone();
+        let retired: Vec<_> = node.dtree.iter().map(|d| d.run.clone()).collect();
+        let mut added = Vec::new();
+        let (key, small, large) = if node.is_leaf() {
+            // The root leaf (spec Fig. 2): its d-tree split at its middle.
+            let (left, l) = leaf_with(out.left);
+            added.extend(l);
+            match (out.right, out.split_key) {
+                (Some(right), Some(key)) => {
+                    let (right, r) = leaf_with(Some(right));
+                    added.extend(r);
+                    (key, left, right)
+                }
+                (right, _) => {
+                    if let Some(r) = right {
+                        job::release(&self.ctx.store, &r);
+                    }
+                    return self.commit(
+                        job,
+                        Change {
+                            root: replace_at(&v.root, &path, left)?,
+                            added,
+                            retired,
+                            durable_seq: None,
+                            cursor,
+                        },
+                    );
+                }
+            }
+        } else {
+            // Standard B-tree promotion (spec P2): K_M goes up and stays in neither half.
+            let m = node.keys.len() / 2;
+            let key = node.keys[m].clone();
+            let mut lazy = |r: Option<Run>| {
+                r.map(|r| {
+                    let l = Arc::new(LazyRun::from_run(r));
+                    added.push(l.clone());
+                    DTree::whole(l)
+                })
+            };
+            let small = SNode {
+                keys: node.keys[..m].to_vec(),
+                children: node.children[..=m].to_vec(),
+                dtree: lazy(out.left),
+            };
+            let large = SNode {
+                keys: node.keys[m + 1..].to_vec(),
+                children: node.children[m + 1..].to_vec(),
+                dtree: lazy(out.right),
+            };
+            (key, small, large)
+        };
+        let root = match path.split_last() {
+            None => {
+                self.counters.root_splits.fetch_add(1, Ordering::Relaxed);
+                Arc::new(SNode {
+                    keys: vec![key],
+                    children: vec![Arc::new(small), Arc::new(large)],
+                    dtree: None,
+                })
+            }
+            Some((&idx, parent_path)) => {
+                self.counters.node_splits.fetch_add(1, Ordering::Relaxed);
+                let parent = node_at(&v.root, parent_path).ok_or_else(|| {
+                    Error::corruption("nbtree job", None, "split parent vanished")
+                })?;
+                let mut p = (**parent).clone();
+                let i = idx as usize;
+                p.children[i] = Arc::new(small);
+                p.children.insert(i + 1, Arc::new(large));
+                p.keys.insert(i, key);
+                cursor.path.pop();
+                replace_at(&v.root, parent_path, p)?
+            }
+        };
+        self.commit(
+            job,
+            Change {
+                root,
+                added,
+                retired,
+                durable_seq: None,
+                cursor,
+            },
+        )
+    }
+
+    /// The root's drain: every receiving child's new d-tree and the durable sequence number in
+    /// one commit.
+    fn commit_root_flush(&self, job: &mut Job) -> Result<()> {
+        let v = self.version();
+        let Some(RootPhase::Flush { built, .. }) = job.root.take() else {
+            return Ok(());
+        };
+        let mem = job.mem.clone();
+        let z = mem.as_ref().map_or(0, |m| m.bytes());
+        job.observed.max_sent = job.observed.max_sent.max(z);
+        let mut root = (*v.root).clone();
+        let (mut added, mut retired) = (Vec::new(), Vec::new());
+        for (child, run) in built {
+            let old = &v.root.children[child];
+            retired.extend(old.dtree.iter().map(|d| d.run.clone()));
+            let (leaf, lazy) = leaf_with(run);
+            added.extend(lazy);
+            root.children[child] = Arc::new(SNode {
+                dtree: leaf.dtree,
+                ..(**old).clone()
+            });
+        }
+        self.commit(
+            job,
+            Change {
+                root: Arc::new(root),
+                added,
+                retired,
+                durable_seq: mem.map(|m| m.max_seq()),
+                cursor: Cursor {
+                    path: Vec::new(),
+                    phase: Phase::AfterFlush { sent: z },
+                },
+            },
+        )?;
+        job.mem = None;
+        Ok(())
+    }
+
+    /// Makes a step durable and visible: data file synced, manifest committed (with the settled
+    /// cursor), new version published; replaced d-trees are released once no reader holds a
+    /// version that reaches them.
+    fn commit(&self, job: &mut Job, change: Change) -> Result<()> {
+        let (cursor, action) = settle(&change.root, change.cursor, self.shape)?;
+        let persisted = (action != Action::Done).then(|| cursor.clone());
+        let height = height_of(&change.root);
+        let mut observed = job.observed;
+        observed.sigma_max = observed.sigma_max.max(self.shape.sigma);
+        if !change.added.is_empty() {
+            self.ctx.store.sync()?;
+        }
+        let added: Vec<Extent> = change
+            .added
+            .iter()
+            .flat_map(|r| r.meta().extents.iter().copied())
+            .collect();
+        let freed: Vec<Extent> = change
+            .retired
+            .iter()
+            .flat_map(|r| r.meta().extents.iter().copied())
+            .collect();
+        let durable_seq = change
+            .durable_seq
+            .unwrap_or_else(|| self.durable.load(Ordering::Acquire));
+        let r = self.ctx.manifest.commit(Commit {
+            index_meta: encode_meta(&change.root, height, &observed, persisted.as_ref()),
+            durable_seq,
+            added,
+            freed: freed.clone(),
+        });
+        // A failed commit may still have reached the manifest (a write that went through, then
+        // a failed sync): its new runs stay allocated. The Db is read-only from here, and a
+        // reopen rebuilds the allocator from what the manifest holds.
+        r?;
+        {
+            let mut cur = self.current.write();
+            let epoch = cur._epoch.advance(freed);
+            *cur = Arc::new(Version {
+                root: change.root,
+                height,
+                cursor: persisted,
+                observed,
+                _epoch: epoch,
+            });
+        }
+        self.durable.store(durable_seq, Ordering::Release);
+        job.cursor = cursor;
+        job.observed = observed;
+        self.counters.job_steps.fetch_add(1, Ordering::Relaxed);
+        // The work left, from the new shape. It only ever lowers the debt: the Db paces by
+        // debt ÷ memtable room, and a debt that rose late in a memtable would ask one writer
+        // for much of the job.
+        if job.root.is_none() {
+            let v = self.version();
+            let left = job.bound.saturating_sub(job.done_since);
+            let fresh = rest_bound(
+                &v.root,
+                &job.cursor,
+                granule(job.observed.max_group),
+                self.shape,
+            );
+            if fresh > left {
+                self.counters.bound_misses.fetch_add(1, Ordering::Relaxed);
+            }
+            job.bound = left.min(fresh);
+            job.done_since = 0;
+        }
+        Ok(())
+    }
+
+    /// Drops the step in progress (its builders release what they allocated); the job resumes
+    /// from its last commit.
+    fn abort(&self, job: &mut Job) {
+        job.pipe = None;
+        if let Some(RootPhase::Flush { built, next, .. }) = &mut job.root {
+            for (_, run) in built.drain(..) {
+                if let Some(r) = run {
+                    job::release(&self.ctx.store, &r);
+                }
+            }
+            *next = 0;
+        }
+    }
+
+    fn note_call(&self, units: u64, pages: u64) {
+        let c = &self.counters;
+        c.work_calls.fetch_add(1, Ordering::Relaxed);
+        c.max_call_units.fetch_max(units, Ordering::Relaxed);
+        c.max_call_pages.fetch_max(pages, Ordering::Relaxed);
+    }
+
+    fn written_pages(&self) -> u64 {
+        let io = self.ctx.store.counters().snapshot();
+        (io.written(Purpose::Flush) + io.written(Purpose::Merge)) / PAGE_SIZE as u64
+    }
+}
+
+impl Index for NbTree {
+    fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
+        self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
+        if mem.is_empty() {
+            return Ok(());
+        }
+        let v = self.version();
+        let bound = job_bound(
+            &v.root,
+            mem.bytes(),
+            granule(v.observed.max_group),
+            self.shape,
+        )
+        .max(1);
+        *self.pending.lock() = Some((mem, bound));
+        self.debt.store(bound, Ordering::Release);
+        Ok(())
+    }
+
+    /// An upper bound, in units (entry bytes plus 64 per entry) read and written, of the work
+    /// the job in flight has left; 0 when there is none.
+    fn debt(&self) -> u64 {
+        self.debt.load(Ordering::Acquire)
+    }
+
+    fn work(&self, budget: u64) -> Result<u64> {
+        let mut slot = self.job.lock();
+        if slot.is_none() {
+            let Some((mem, bound)) = self.pending.lock().take() else {
+                return Ok(0);
+            };
+            *slot = Some(self.start_job(mem, bound)?);
+        }
+        let Some(job) = slot.as_mut() else {
+            return Ok(0);
+        };
+        let pages_before = self.written_pages();
+        let mut done = 0u64;
+        let r = self.run_job(job, budget.max(1), &mut done);
+        self.note_call(done, self.written_pages().saturating_sub(pages_before));
+        match r {
+            Ok(true) => {
+                *slot = None;
+                self.counters.jobs.fetch_add(1, Ordering::Relaxed);
+                self.debt.store(0, Ordering::Release);
+            }
+            Ok(false) => self.debt.store(job.debt(), Ordering::Release),
+            Err(e) => {
+                self.abort(job);
+                return Err(e);
+            }
+        }
+        Ok(done.max(1))
+    }
+
+    fn durable_seq(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Top down along the key's path (spec §3.9): each d-tree's live part is searched only
+    /// when its bloom filter may hold the key, and the search stops at the first Put or Delete
+    /// (a shallower version is never older, V1).
+    fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
+        let v = self.version();
+        let start = out.len();
+        let mut n = &v.root;
+        loop {
+            if let Some(d) = n.dtree.as_ref().filter(|d| d.is_live(key)) {
+                d.run.run()?.get(key, seq, out)?;
+                if out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge) {
+                    return Ok(());
+                }
+            }
+            if n.is_leaf() {
+                return Ok(());
+            }
+            n = &n.children[n.child_index(key)];
+        }
+    }
+
+    fn iter(
+        &self,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> Result<Vec<EntryIter>> {
+        Ok(iter::level_sources(
+            &self.version(),
+            lo,
+            hi,
+            reverse,
+            Purpose::UserRead,
+        ))
+    }
+
+    fn stats(&self) -> IndexStats {
+        let v = self.version();
+        let c = &self.counters;
+        let mut s = IndexStats {
+            kind: "nbtree".into(),
+            height: u64::from(v.height),
+            ..Default::default()
+        };
+        s.absorbs = c.absorbs.load(Ordering::Relaxed);
+        for (k, a) in [
+            ("jobs", &c.jobs),
+            ("jobs_resumed", &c.jobs_resumed),
+            ("job_steps", &c.job_steps),
+            ("flushes", &c.flushes),
+            ("deep_flushes", &c.deep_flushes),
+            ("child_merges", &c.child_merges),
+            ("leaf_splits", &c.leaf_splits),
+            ("node_splits", &c.node_splits),
+            ("root_splits", &c.root_splits),
+            ("stale_dtrees_dropped", &c.stale_dropped),
+            ("units_moved", &c.units_moved),
+            ("finish_pages", &c.finish_pages),
+            ("work_calls", &c.work_calls),
+            ("bound_misses", &c.bound_misses),
+            ("max_work_call_units", &c.max_call_units),
+            ("max_work_call_pages", &c.max_call_pages),
+        ] {
+            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
+        }
+        s.shape.push(format!(
+            "f {} sigma {} B (memtable), bloom {} bits/key{}",
+            self.shape.fanout,
+            self.shape.sigma,
+            self.params.bloom_bits_per_key,
+            match &v.cursor {
+                Some(c) => format!(", job at {:?} {:?}", c.path, c.phase),
+                None => String::new(),
+            }
+        ));
+        let mut levels: Vec<LevelShape> = Vec::new();
+        level_shapes(&v.root, 0, &mut levels);
+        for (i, l) in levels.iter().enumerate() {
+            s.shape.push(format!(
+                "level {i}: {} s-nodes, {} d-trees, live {} entries / {} B, physical {} entries / {} pages, bloom {} B{}",
+                l.nodes,
+                l.dtrees,
+                l.live_entries,
+                l.live_units,
+                l.entries,
+                l.pages,
+                l.filter_bytes,
+                if i == 0 { " (root: its d-tree is the memtables)" } else { "" }
+            ));
+            s.entries += l.entries;
+            s.filter_bytes += l.filter_bytes;
+        }
+        s.counters
+            .insert("dtrees".into(), levels.iter().map(|l| l.dtrees).sum());
+        s
+    }
+
+    fn check(&self) -> Result<u64> {
+        check::check(&self.version(), self.shape)
+    }
+}
+
+/// Sizes of one s-tree level, for `stats`.
+#[derive(Default, Clone)]
+struct LevelShape {
+    nodes: u64,
+    dtrees: u64,
+    live_entries: u64,
+    live_units: u64,
+    entries: u64,
+    pages: u64,
+    filter_bytes: u64,
+}
+
+fn level_shapes(n: &SNode, depth: usize, out: &mut Vec<LevelShape>) {
+    if out.len() <= depth {
+        out.resize(depth + 1, LevelShape::default());
+    }
+    let l = &mut out[depth];
+    l.nodes += 1;
+    if let Some(d) = &n.dtree {
+        let m = d.run.meta();
+        l.dtrees += 1;
+        l.live_entries += d.live_entries;
+        l.live_units += units(d.live_entries, d.live_bytes);
+        l.entries += m.entries;
+        l.pages += m.pages();
+        l.filter_bytes += m.filter_pages * PAGE_SIZE as u64;
+    }
+    for c in &n.children {
+        level_shapes(c, depth + 1, out);
+    }
+}
