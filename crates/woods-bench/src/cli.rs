@@ -213,6 +213,15 @@ pub struct BenchArgs {
     /// Keep the engines' databases after the run.
     #[arg(long)]
     pub keep: bool,
+    /// Run no engine: draw the figures of earlier runs' reports (bench.json), each at x = X or
+    /// its record count, one line per engine, into --out as SVG charts and series.md (average,
+    /// maximum and p99.99 insertion time, the longest wait woods records, load throughput and
+    /// write amplification, average point query time).
+    #[arg(long, value_name = "[X=]FILE", num_args = 1..)]
+    pub series: Vec<String>,
+    /// What x is in --series charts.
+    #[arg(long, value_name = "TEXT", default_value = "records")]
+    pub x_desc: String,
     /// Run engine NAME with the bench binary at PATH, which must be built from this same
     /// source and take the bench's arguments itself (`woods-bench`, or `woods-bench-rc` of
     /// scripts/build-rocksdb-current.sh for `rocksdb-current=...`), so that engines no single
@@ -271,6 +280,28 @@ pub fn main_with(extra: ExtraEngines) -> ExitCode {
         &[],
         extra,
     ))
+}
+
+/// `--series`: draws earlier runs' figures into `--out`; the exit status.
+fn draw_series(args: &BenchArgs) -> u8 {
+    let Some(out) = &args.out else {
+        eprintln!("woods bench: error: --series needs --out DIR for its charts");
+        return 2;
+    };
+    let drawn = crate::series::load(&args.series)
+        .and_then(|points| crate::series::draw(&points, &args.x_desc, out));
+    match drawn {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("woods bench: error: {e}");
+            2
+        }
+    }
 }
 
 /// Parses `--engine-exe NAME=PATH` values; each PATH must be an executable file.
@@ -465,6 +496,9 @@ pub fn run_with_engines(
 ) -> u8 {
     if let Some(spec) = &args.child {
         return child_main_with(spec, args.child_setup.as_deref(), extra);
+    }
+    if !args.series.is_empty() {
+        return draw_series(args);
     }
     match run_parent(args, direct_io, exe, prefix, extra) {
         Ok(ok) => {

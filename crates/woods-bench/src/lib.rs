@@ -47,4 +47,5 @@ pub mod machine;
 pub mod metrics;
 pub mod output;
 pub mod report;
+pub mod series;
 pub mod workload;

@@ -1,0 +1,79 @@
+//! `--series`: two small runs of two engines at different record counts, then their figures
+//! drawn against x: a chart per figure and a table naming every engine at every x.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_woods-bench"))
+}
+
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(exe()).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn figures_of_runs_against_their_sizes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = |p: &str| tmp.path().join(p).display().to_string();
+    for (records, json) in [("2000", "small.json"), ("5000", "large.json")] {
+        bench(&[
+            "--engines",
+            "woods:lsm,woods:btree",
+            "--records",
+            records,
+            "--workloads",
+            "fillrandom,readrandom:300",
+            "--dir",
+            &t("dbs"),
+            "--json",
+            &t(json),
+        ]);
+    }
+    let listed = bench(&[
+        "--series",
+        &t("small.json"),
+        &format!("7000={}", t("large.json")),
+        "--x-desc",
+        "size",
+        "--out",
+        &t("series"),
+    ]);
+    let md = fs::read_to_string(tmp.path().join("series/series.md")).unwrap();
+    for f in [
+        "insert-mean",
+        "insert-max",
+        "insert-max-wait",
+        "insert-p9999",
+        "load-throughput",
+        "load-write-amp",
+        "query-mean",
+    ] {
+        let svg = tmp.path().join(format!("series/{f}.svg"));
+        let text = fs::read_to_string(&svg).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(text.starts_with("<svg"), "{f}");
+        assert!(
+            text.contains("woods:lsm") && text.contains("woods:btree"),
+            "{f}"
+        );
+        assert!(listed.contains(&format!("{f}.svg")), "{listed}");
+        assert!(md.contains(&format!("({f}.svg)")), "{f} in series.md");
+    }
+    // One row per x: the record count of the first, the given x of the second.
+    assert!(md.contains("| size | woods:lsm | woods:btree |"), "{md}");
+    assert!(md.lines().any(|l| l.starts_with("| 2000 |")), "{md}");
+    assert!(md.lines().any(|l| l.starts_with("| 7000 |")), "{md}");
+    let bad = Command::new(exe())
+        .args(["--series", &t("missing.json"), "--out", &t("x")])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.json"));
+}
