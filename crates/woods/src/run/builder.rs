@@ -13,7 +13,7 @@ use super::format::{
 use super::{RunMeta, RunOptions};
 use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};
 use crate::error::{Error, Result};
-use crate::filter::BloomBuilder;
+use crate::filter::{FilterBuilder, FilterSpec};
 use crate::storage::{AlignedBuf, Extent, PageFile, PAGE_BODY, PAGE_SIZE};
 
 /// The chunk being filled.
@@ -139,7 +139,7 @@ pub struct RunBuilder {
     page_bytes: u64,
     /// Index entries for the level above the data pages.
     level1: Vec<IndexItem>,
-    bloom: Option<BloomBuilder>,
+    filter: Option<FilterBuilder>,
     last: Option<(Vec<u8>, u64)>,
     min_key: Vec<u8>,
     min_seq: u64,
@@ -156,8 +156,16 @@ impl RunBuilder {
     /// A builder writing into `store`. It owns its handle of the store, so a builder can be
     /// kept between bounded steps of work (an index's resumable merge) and finished later.
     pub fn new(store: Arc<PageFile>, opts: RunOptions) -> Self {
-        let bloom =
-            (opts.bloom_bits_per_key > 0).then(|| BloomBuilder::new(opts.bloom_bits_per_key));
+        let spec = FilterSpec::Bloom {
+            bits_per_key: opts.bloom_bits_per_key,
+        };
+        RunBuilder::with_filter(store, opts, spec)
+    }
+
+    /// A builder whose run carries the filter `spec` instead of the bloom filter
+    /// `opts.bloom_bits_per_key` asks for (the `stbe` index builds quotient filters).
+    pub fn with_filter(store: Arc<PageFile>, opts: RunOptions, spec: FilterSpec) -> Self {
+        let filter = FilterBuilder::for_spec(spec);
         RunBuilder {
             sink: Sink {
                 store,
@@ -170,7 +178,7 @@ impl RunBuilder {
             page_first: None,
             page_bytes: 0,
             level1: Vec::new(),
-            bloom,
+            filter,
             last: None,
             min_key: Vec::new(),
             min_seq: u64::MAX,
@@ -239,8 +247,8 @@ impl RunBuilder {
         self.min_seq = self.min_seq.min(e.seq);
         self.max_seq = self.max_seq.max(e.seq);
         if new_key {
-            if let Some(b) = &mut self.bloom {
-                b.add_key(&e.key);
+            if let Some(f) = &mut self.filter {
+                f.add_key(&e.key);
             }
         }
         if self.last.is_none() {
@@ -338,10 +346,10 @@ impl RunBuilder {
 
         // An empty run needs no filter: lookups never reach its (absent) tree.
         let filter = self
-            .bloom
+            .filter
             .take()
             .filter(|b| !b.is_empty())
-            .map(BloomBuilder::finish);
+            .map(FilterBuilder::finish);
         let (filter_page, filter_pages) = match &filter {
             Some(bytes) => {
                 let n = bytes.len().div_ceil(PAYLOAD).max(1);

@@ -5,8 +5,9 @@
 //! data file, and then opened read-only as a [`Run`] shared by readers. Data pages hold the
 //! entries; index pages above them hold, per child, its first key and seq and the number of
 //! entries and user bytes beneath it (so runs can be split by rank or size without reading
-//! them); values too large to keep three entries a page go to blob pages; an optional bloom
-//! filter and a header page complete the run. The byte layout is in `docs/format-run.md`.
+//! them); values too large to keep three entries a page go to blob pages; an optional filter (bloom,
+//! or quotient for the `stbe` index: the filter bytes name their kind)
+//! and a header page complete the run. The byte layout is in `docs/format-run.md`.
 //!
 //! [`cmp_entries`]: crate::entry::cmp_entries
 
@@ -27,7 +28,7 @@ pub use iter::RunIter;
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
-use crate::filter::Bloom;
+use crate::filter::{hash64, Filter};
 use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_SIZE};
 use format::{
     at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
@@ -260,7 +261,7 @@ pub struct Run {
     store: Arc<PageFile>,
     meta: RunMeta,
     tree_root: u64,
-    filter: Option<Bloom>,
+    filter: Option<Filter>,
     /// `meta.extents` sorted by start, for checking that page references stay inside the run.
     sorted: Vec<Extent>,
 }
@@ -320,11 +321,16 @@ impl Run {
     /// has in memory (tree root, filter).
     pub fn from_builder(builder: RunBuilder) -> Result<Run> {
         let (store, meta, tree_root, filter) = builder.finish_parts()?;
-        let filter = filter.map(Bloom::from_bytes).transpose()?;
+        let filter = filter.map(Filter::from_bytes).transpose()?;
         Ok(Run::assemble(store, meta, tree_root, filter))
     }
 
-    fn assemble(store: Arc<PageFile>, meta: RunMeta, tree_root: u64, filter: Option<Bloom>) -> Run {
+    fn assemble(
+        store: Arc<PageFile>,
+        meta: RunMeta,
+        tree_root: u64,
+        filter: Option<Filter>,
+    ) -> Run {
         let mut sorted = meta.extents.clone();
         sorted.sort();
         Run {
@@ -336,7 +342,7 @@ impl Run {
         }
     }
 
-    fn read_filter(&self, purpose: Purpose) -> Result<Option<Bloom>> {
+    fn read_filter(&self, purpose: Purpose) -> Result<Option<Filter>> {
         let (first, n) = (self.meta.filter_page, self.meta.filter_pages);
         if n == 0 {
             return Ok(None);
@@ -358,7 +364,7 @@ impl Run {
                 .ok_or_else(|| corrupt(page, format!("filter page claims {} bytes", h.aux)))?;
             bytes.extend_from_slice(part);
         }
-        Bloom::from_bytes(bytes)
+        Filter::from_bytes(bytes)
             .map(Some)
             .map_err(|e| at_page(e, first))
     }
@@ -382,10 +388,20 @@ impl Run {
         &self.meta.extents
     }
 
-    /// The bloom filter check: `false` means no version of `key` is in the run. Always `true`
-    /// for a run built without a filter.
+    /// The filter check: `false` means no version of `key` is in the run. Always `true` for a
+    /// run built without a filter.
     pub fn may_contain(&self, key: &[u8]) -> bool {
         self.filter.as_ref().is_none_or(|f| f.may_contain(key))
+    }
+
+    /// [`Run::may_contain`] for a key already hashed with [`hash64`].
+    pub fn may_contain_hash(&self, h: u64) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.may_contain_hash(h))
+    }
+
+    /// The run's filter, if it has one (bloom or quotient).
+    pub fn filter(&self) -> Option<&Filter> {
+        self.filter.as_ref()
     }
 
     fn load(&self, page: u64, level: u8, purpose: Purpose) -> Result<Node> {
@@ -538,10 +554,22 @@ impl Run {
     /// after the first Put or Delete (it hides older versions) and continuing through Merge
     /// entries. Checks the bloom filter first; reads count as `Purpose::UserRead`.
     pub fn get(&self, key: &[u8], max_seq: u64, out: &mut Vec<Entry>) -> Result<()> {
+        self.get_hashed(key, hash64(key), max_seq, out)
+    }
+
+    /// [`Run::get`] for a key already hashed with [`hash64`]: a lookup that probes many runs
+    /// hashes the key once.
+    pub fn get_hashed(
+        &self,
+        key: &[u8],
+        hash: u64,
+        max_seq: u64,
+        out: &mut Vec<Entry>,
+    ) -> Result<()> {
         if self.meta.height == 0
             || key < self.meta.min_key.as_slice()
             || key > self.meta.max_key.as_slice()
-            || !self.may_contain(key)
+            || !self.may_contain_hash(hash)
         {
             return Ok(());
         }

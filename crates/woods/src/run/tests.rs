@@ -338,6 +338,36 @@ fn from_builder_matches_open() {
 }
 
 #[test]
+fn quotient_filter_runs_read_like_bloom_runs() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 4000);
+    let spec = crate::filter::FilterSpec::Quotient { remainder_bits: 8 };
+    let mut b = RunBuilder::with_filter(pf.clone(), opts(), spec);
+    for e in &m {
+        b.add(e).unwrap();
+    }
+    let run = Arc::new(Run::from_builder(b).unwrap());
+    assert!(matches!(run.filter(), Some(crate::filter::Filter::Quotient(_))));
+    assert!(run.meta().filter_pages > 0);
+    verify(&run, &m, &mut rng, 10);
+    // Reopened from its metadata, the filter kind comes from the filter bytes.
+    let reopened = Arc::new(Run::open(pf.clone(), run.meta().clone()).unwrap());
+    assert!(matches!(reopened.filter(), Some(crate::filter::Filter::Quotient(_))));
+    verify(&reopened, &m, &mut rng, 3);
+    assert_eq!(reopened.check().unwrap(), m.len() as u64);
+    for e in &m {
+        let h = crate::filter::hash64(&e.key);
+        assert!(reopened.may_contain_hash(h));
+        let (mut a, mut b2) = (Vec::new(), Vec::new());
+        reopened.get(&e.key, e.seq, &mut a).unwrap();
+        reopened.get_hashed(&e.key, h, e.seq, &mut b2).unwrap();
+        assert_eq!(a, b2);
+        assert!(!a.is_empty());
+    }
+}
+
+#[test]
 fn no_filter_and_tiny_chunks() {
     let mut rng = SmallRng::seed_from_u64(seed());
     let (_fs, pf) = store();
