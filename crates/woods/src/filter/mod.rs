@@ -38,7 +38,9 @@ impl Filter {
     /// Parses a serialized filter of any kind, by its kind byte.
     pub fn from_bytes(data: Vec<u8>) -> Result<Filter> {
         match data.first() {
-            Some(&quotient::KIND_QUOTIENT) => QuotientFilter::from_bytes(data).map(Filter::Quotient),
+            Some(&quotient::KIND_QUOTIENT) => {
+                QuotientFilter::from_bytes(data).map(Filter::Quotient)
+            }
             Some(_) => Bloom::from_bytes(data).map(Filter::Bloom),
             None => Err(Error::corruption("filter", None, "empty filter")),
         }
@@ -82,9 +84,9 @@ impl FilterBuilder {
                 Some(FilterBuilder::Bloom(BloomBuilder::new(bits_per_key)))
             }
             FilterSpec::Bloom { .. } => None,
-            FilterSpec::Quotient { remainder_bits } => {
-                Some(FilterBuilder::Quotient(QuotientBuilder::new(remainder_bits)))
-            }
+            FilterSpec::Quotient { remainder_bits } => Some(FilterBuilder::Quotient(
+                QuotientBuilder::new(remainder_bits),
+            )),
         }
     }
 

@@ -267,7 +267,9 @@ impl QuotientFilter {
             if u64::from(f.spill(b)) != occ_before.wrapping_sub(ends_before)
                 || ends_before > occ_before
             {
-                return Err(bad(format!("block {b}: spill count disagrees with the runs")));
+                return Err(bad(format!(
+                    "block {b}: spill count disagrees with the runs"
+                )));
             }
             occ_before += u64::from(occ.count_ones());
             ends_before += u64::from(f.runends(b).count_ones());
@@ -423,10 +425,19 @@ mod tests {
 
     #[test]
     fn no_false_negatives_and_fp_rate_near_target() {
-        for (n, r) in [(100_000u64, 8u32), (30_000, 5), (20_000, 13), (3, 8), (64, 1)] {
+        for (n, r) in [
+            (100_000u64, 8u32),
+            (30_000, 5),
+            (20_000, 13),
+            (3, 8),
+            (64, 1),
+        ] {
             let f = build(n, r, 1);
             for i in 0..n {
-                assert!(f.may_contain(&key(i, 1)), "false negative: n {n} r {r} key {i}");
+                assert!(
+                    f.may_contain(&key(i, 1)),
+                    "false negative: n {n} r {r} key {i}"
+                );
             }
             let trials = 1_000_000u64;
             let fp = (0..trials).filter(|&i| f.may_contain(&key(i, 2))).count();
@@ -442,7 +453,10 @@ mod tests {
         }
         // The default setting is SplinterDB's 1/256 target (0.9/256 at full load).
         let f = build(200_000, DEFAULT_REMAINDER_BITS, 3);
-        let rate = (0..1_000_000u64).filter(|&i| f.may_contain(&key(i, 4))).count() as f64 / 1e6;
+        let rate = (0..1_000_000u64)
+            .filter(|&i| f.may_contain(&key(i, 4)))
+            .count() as f64
+            / 1e6;
         assert!(rate < 1.0 / 256.0 && rate > 0.5 / 256.0, "rate {rate}");
         // About 11.7 bits per key.
         let bits = f.as_bytes().len() as f64 * 8.0 / 200_000.0;
@@ -485,7 +499,11 @@ mod tests {
         let g = QuotientFilter::from_bytes(f.as_bytes().to_vec()).expect("re-read");
         assert_eq!(f.as_bytes(), g.as_bytes());
         // Distinct fingerprints: a few of the 5000 keys collide.
-        assert!((4_900..=5_000).contains(&g.keys()), "{} fingerprints", g.keys());
+        assert!(
+            (4_900..=5_000).contains(&g.keys()),
+            "{} fingerprints",
+            g.keys()
+        );
         assert_eq!((g.quotients(), g.remainder_bits()), (f.nq, 8));
         for i in 0..5_000 {
             assert!(g.may_contain(&key(i, 9)));
@@ -511,10 +529,19 @@ mod tests {
                 Err(Error::Corruption { .. })
             ));
         }
-        for (at, v) in [(2usize, u64::MAX), (2, 0), (10, 1), (10, u64::MAX / 3), (18, u64::MAX)] {
+        for (at, v) in [
+            (2usize, u64::MAX),
+            (2, 0),
+            (10, 1),
+            (10, u64::MAX / 3),
+            (18, u64::MAX),
+        ] {
             let mut b = good.clone();
             b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-            assert!(QuotientFilter::from_bytes(b).is_err(), "field at {at} = {v}");
+            assert!(
+                QuotientFilter::from_bytes(b).is_err(),
+                "field at {at} = {v}"
+            );
         }
         // Flipped bits anywhere: either refused or answers without panicking.
         let mut state = 0x1234_5678_9abc_def0u64;

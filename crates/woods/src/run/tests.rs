@@ -348,12 +348,18 @@ fn quotient_filter_runs_read_like_bloom_runs() {
         b.add(e).unwrap();
     }
     let run = Arc::new(Run::from_builder(b).unwrap());
-    assert!(matches!(run.filter(), Some(crate::filter::Filter::Quotient(_))));
+    assert!(matches!(
+        run.filter(),
+        Some(crate::filter::Filter::Quotient(_))
+    ));
     assert!(run.meta().filter_pages > 0);
     verify(&run, &m, &mut rng, 10);
     // Reopened from its metadata, the filter kind comes from the filter bytes.
     let reopened = Arc::new(Run::open(pf.clone(), run.meta().clone()).unwrap());
-    assert!(matches!(reopened.filter(), Some(crate::filter::Filter::Quotient(_))));
+    assert!(matches!(
+        reopened.filter(),
+        Some(crate::filter::Filter::Quotient(_))
+    ));
     verify(&reopened, &m, &mut rng, 3);
     assert_eq!(reopened.check().unwrap(), m.len() as u64);
     for e in &m {
