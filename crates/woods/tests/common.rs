@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, Options};
+use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, Options, StbeParams};
 
 /// Appends operands to the value: the suite's merge operator.
 pub struct Append;
@@ -31,6 +31,12 @@ pub fn kinds() -> Vec<IndexKind> {
             level1_bytes: 64 << 10,
             size_ratio: 4,
             ..LsmParams::default()
+        }),
+        IndexKind::Stbe(StbeParams {
+            fanout: 4,
+            dead_percent: 25,
+            node_bytes: 128 << 10,
+            ..StbeParams::default()
         }),
     ]
 }

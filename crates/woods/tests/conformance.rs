@@ -297,6 +297,15 @@ fn model_test(kind: IndexKind) {
     let required: &[&str] = match name {
         "btree" => &["splits"],
         "lsm" => &["flushes", "compactions", "trivial_moves"],
+        "stbe" => &[
+            "incorporations",
+            "flushes",
+            "compactions",
+            "full_compactions",
+            "splits",
+            "root_splits",
+            "merges",
+        ],
         _ => &[],
     };
     for r in required {
@@ -953,7 +962,7 @@ macro_rules! suite {
     )*};
 }
 
-suite!(btree: "btree", lsm: "lsm");
+suite!(btree: "btree", lsm: "lsm", stbe: "stbe");
 
 /// The child side of the process-crash test: writes records in order and reports each
 /// acknowledgement (and whether background work was in flight) on stdout until killed.
@@ -1097,6 +1106,11 @@ fn crash_lsm() {
     crash_test(kind("lsm"))
 }
 
+#[test]
+fn crash_stbe() {
+    crash_test(kind("stbe"))
+}
+
 /// The child side of the memory test: loads data many times its budgets, reads it back and
 /// prints its peak resident memory.
 #[test]
@@ -1178,4 +1192,9 @@ fn memory_btree() {
 #[test]
 fn memory_lsm() {
     memory_test(kind("lsm"))
+}
+
+#[test]
+fn memory_stbe() {
+    memory_test(kind("stbe"))
 }

@@ -6,6 +6,7 @@
 
 pub mod btree;
 pub mod lsm;
+pub mod stbe;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -184,5 +185,6 @@ pub fn open_index(
     Ok(match kind {
         IndexKind::BTree(p) => Arc::new(btree::BTree::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Lsm(p) => Arc::new(lsm::Lsm::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::Stbe(p) => Arc::new(stbe::Stbe::open(ctx, p.clone(), meta, durable_seq)?),
     })
 }
