@@ -38,7 +38,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use self::branch::{Branch, Key};
 use self::edit::{Claims, Editor, Effects, Ids};
@@ -88,6 +88,16 @@ struct Counters {
     commits: AtomicU64,
     bytes_incorporated: AtomicU64,
     bytes_compacted: AtomicU64,
+    /// Longest times, in microseconds: a whole `work` call, a commit (sync + manifest), the
+    /// edit lock held by one edit, a branch's finish (index levels, filter, header).
+    max_work_us: AtomicU64,
+    max_commit_us: AtomicU64,
+    max_edit_us: AtomicU64,
+    max_finish_us: AtomicU64,
+}
+
+fn note_max(a: &AtomicU64, since: std::time::Instant) {
+    a.fetch_max(since.elapsed().as_micros() as u64, Ordering::Relaxed);
 }
 
 /// A compaction waiting or under way.
@@ -174,8 +184,17 @@ struct Committed {
     branches: HashMap<u64, Arc<Branch>>,
 }
 
-/// The STBε-tree index.
-pub struct Stbe {
+/// A commit handed to the committer thread.
+#[derive(Default)]
+struct CommitRequest {
+    requested: bool,
+    in_flight: bool,
+    shutdown: bool,
+    error: Option<crate::error::Error>,
+}
+
+/// The STBε-tree index: its state, shared with the committer thread.
+pub struct Shared {
     ctx: IndexContext,
     params: StbeParams,
     limits: Limits,
@@ -192,7 +211,35 @@ pub struct Stbe {
     pending_units: AtomicU64,
     /// The root is full: the next incorporation waits for compactions.
     root_blocked: AtomicBool,
+    /// Memtables in the trunk whose commit is not yet durable, oldest first.
+    awaiting: Mutex<VecDeque<Arc<Memtable>>>,
+    commit_req: Mutex<CommitRequest>,
+    commit_cv: Condvar,
     counters: Counters,
+}
+
+/// The STBε-tree index: [`Shared`] and the thread that makes its versions durable (data file
+/// sync and manifest commit), so that no writer's paced step waits for an fsync.
+pub struct Stbe {
+    shared: Arc<Shared>,
+    committer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for Stbe {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl Drop for Stbe {
+    fn drop(&mut self) {
+        self.shared.commit_req.lock().shutdown = true;
+        self.shared.commit_cv.notify_all();
+        if let Some(h) = self.committer.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 fn branch_set(root: &Node) -> HashMap<u64, Arc<Branch>> {
@@ -251,7 +298,7 @@ impl Stbe {
             _version: version.clone(),
             branches: branch_set(&root),
         };
-        let index = Stbe {
+        let index = Shared {
             ctx,
             params,
             limits,
@@ -276,12 +323,26 @@ impl Stbe {
             queue_units: AtomicU64::new(0),
             pending_units: AtomicU64::new(0),
             root_blocked: AtomicBool::new(false),
+            awaiting: Mutex::new(VecDeque::new()),
+            commit_req: Mutex::new(CommitRequest::default()),
+            commit_cv: Condvar::new(),
             counters: Counters::default(),
         };
         index.rederive_tasks();
-        Ok(index)
+        let shared = Arc::new(index);
+        let s2 = shared.clone();
+        let committer = std::thread::Builder::new()
+            .name("stbe-commit".into())
+            .spawn(move || s2.committer_loop())
+            .map_err(|e| crate::error::Error::io("starting the stbe commit thread", e))?;
+        Ok(Stbe {
+            shared,
+            committer: Some(committer),
+        })
     }
+}
 
+impl Shared {
     /// The published version.
     pub fn version(&self) -> Arc<Version> {
         self.current.read().clone()
@@ -439,12 +500,7 @@ impl Stbe {
     /// Removes a finished or abandoned task, returning its leftover units and claims.
     fn remove_task(&self, st: &mut State, id: u64) {
         if let Some(t) = st.tasks.remove(&id) {
-            self.pending_units.fetch_sub(
-                t.units
-                    .saturating_sub(t.done)
-                    .min(self.pending_units.load(Ordering::Relaxed)),
-                Ordering::Relaxed,
-            );
+            self.sub_pending(t.units.saturating_sub(t.done));
             match &t.kind {
                 TaskKind::Batch { batch, .. } => {
                     st.running_batches.remove(batch);
@@ -502,9 +558,11 @@ impl Stbe {
                 return Ok(done.max(1));
             }
             if let Some(b) = inc.build.take() {
+                let t = std::time::Instant::now();
                 let out = b
                     .finish()?
                     .map(|(run, sample)| self.new_branch(run, sample));
+                note_max(&self.counters.max_finish_us, t);
                 if let Some(b) = &out {
                     self.counters.bytes_incorporated.fetch_add(
                         b.meta().pages() * crate::storage::PAGE_SIZE as u64,
@@ -519,6 +577,7 @@ impl Stbe {
         };
         {
             let mut st = self.state.lock();
+            let t = std::time::Instant::now();
             if built.is_some() && !Editor::root_has_room(&st.root, &self.limits) {
                 // Room comes when compactions below let the root flush.
                 self.root_blocked.store(true, Ordering::Relaxed);
@@ -555,8 +614,8 @@ impl Stbe {
             st.incorporated = st.incorporated.max(inc.mem.max_seq());
             self.apply_effects(&mut st, fx);
             self.publish(&mut st);
+            note_max(&self.counters.max_edit_us, t);
         }
-        self.commit()?;
         let mem = inc.mem.clone();
         *guard = None;
         drop(guard);
@@ -566,8 +625,18 @@ impl Stbe {
                 q.pop_front();
             }
         }
+        self.awaiting.lock().push_back(mem);
+        self.request_commit();
         self.counters.incorporations.fetch_add(1, Ordering::Relaxed);
         Ok(done.max(1))
+    }
+
+    fn sub_pending(&self, n: u64) {
+        let _ = self
+            .pending_units
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(n))
+            });
     }
 
     fn sub_queue_units(&self, n: u64) {
@@ -849,13 +918,7 @@ impl Stbe {
                 return Err(e);
             }
         };
-        {
-            let _ = self
-                .pending_units
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                    Some(v.saturating_sub(n))
-                });
-        }
+        self.sub_pending(n);
         if !finished {
             let mut st = self.state.lock();
             if let Some(t) = st.tasks.get_mut(&id) {
@@ -867,7 +930,9 @@ impl Stbe {
         }
         let Job { build, install } = *job;
         let share = build.dead_share();
+        let t = std::time::Instant::now();
         let finish = build.finish();
+        note_max(&self.counters.max_finish_us, t);
         let output = match finish {
             Ok(o) => o.map(|(run, sample)| self.new_branch(run, sample)),
             Err(e) => {
@@ -905,6 +970,7 @@ impl Stbe {
         output: Option<Arc<Branch>>,
         share: f64,
     ) -> bool {
+        let t = std::time::Instant::now();
         let mut root = st.root.clone();
         let mut ids = st.ids;
         let mut claims = std::mem::take(&mut st.claims);
@@ -965,6 +1031,7 @@ impl Stbe {
         st.root = root;
         self.apply_effects(st, fx);
         self.publish(st);
+        note_max(&self.counters.max_edit_us, t);
         ok
     }
 
@@ -976,6 +1043,7 @@ impl Stbe {
     /// when their last reader lets go. Returns whether it committed.
     fn commit(&self) -> Result<bool> {
         let mut c = self.committed.lock();
+        let t = std::time::Instant::now();
         let v = self.version();
         if v.gen == c.gen {
             return Ok(false);
@@ -1006,11 +1074,76 @@ impl Stbe {
         c._version = v.clone();
         self.durable.store(v.incorporated, Ordering::Release);
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        note_max(&self.counters.max_commit_us, t);
         Ok(true)
     }
 
+    /// Asks the committer thread for a commit of the published version.
+    fn request_commit(&self) {
+        self.commit_req.lock().requested = true;
+        self.commit_cv.notify_all();
+    }
+
+    /// Waits until no commit is requested or under way; returns the committer's error, if any.
+    fn wait_commit(&self) -> Result<()> {
+        let mut r = self.commit_req.lock();
+        while (r.requested || r.in_flight) && r.error.is_none() && !r.shutdown {
+            self.commit_cv.wait(&mut r);
+        }
+        match &r.error {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        }
+    }
+
+    fn commit_error(&self) -> Result<()> {
+        match &self.commit_req.lock().error {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        }
+    }
+
+    /// The committer thread: commits whenever asked, then lets go of the memtables that are
+    /// durable now. A failed commit is kept and returned by every later `work`.
+    fn committer_loop(&self) {
+        loop {
+            {
+                let mut r = self.commit_req.lock();
+                while !r.requested && !r.shutdown {
+                    self.commit_cv.wait(&mut r);
+                }
+                if r.shutdown || r.error.is_some() {
+                    r.requested = false;
+                    drop(r);
+                    self.commit_cv.notify_all();
+                    return;
+                }
+                r.requested = false;
+                r.in_flight = true;
+            }
+            let res = self.commit();
+            {
+                let durable = self.durable.load(Ordering::Acquire);
+                let mut a = self.awaiting.lock();
+                while a.front().is_some_and(|m| m.max_seq() <= durable) {
+                    a.pop_front();
+                }
+            }
+            let mut r = self.commit_req.lock();
+            r.in_flight = false;
+            if let Err(e) = res {
+                r.error = Some(e);
+            }
+            drop(r);
+            self.commit_cv.notify_all();
+        }
+    }
+
+    /// Whether the published version is not the committed one. (Never holds the version lock
+    /// while waiting for the commit lock: `commit` takes them the other way round.)
     fn dirty(&self) -> bool {
-        self.current.read().gen != self.committed.lock().gen
+        let published = self.current.read().gen;
+        published != self.committed.lock().gen
     }
 
     /// Units of compaction that may be pending before writers are asked to help.
@@ -1036,15 +1169,17 @@ impl Index for Stbe {
     /// is full.
     fn debt(&self) -> u64 {
         let queued = self.queue_units.load(Ordering::Relaxed);
-        let queued = if queued == 0 && !self.queue.lock().is_empty() {
-            1
-        } else {
-            queued
-        };
+        let waiting = !self.queue.lock().is_empty() || !self.awaiting.lock().is_empty();
+        let queued = if queued == 0 && waiting { 1 } else { queued };
         let pending = self.pending_units.load(Ordering::Relaxed);
-        let excess = pending
-            .saturating_sub(self.allowance())
-            .min(self.limits.memtable_units);
+        let excess = if std::env::var("STBE_NOEXCESS").is_ok() {
+            0
+        } else {
+            pending
+                .saturating_sub(self.allowance())
+                .min(self.limits.memtable_units)
+        };
+
         let blocking = if self.root_blocked.load(Ordering::Relaxed) {
             pending.max(1)
         } else {
@@ -1054,29 +1189,18 @@ impl Index for Stbe {
     }
 
     fn background_work(&self) -> bool {
-        !self.queue.lock().is_empty() || !self.state.lock().tasks.is_empty() || self.dirty()
+        let queued = !self.queue.lock().is_empty() || !self.awaiting.lock().is_empty();
+        let tasks = !self.state.lock().tasks.is_empty();
+        queued || tasks || self.dirty()
     }
 
     /// Builds queued memtables first (they are the debt), then steps compactions, up to
     /// `budget` units of input in all; commits when there was nothing else to do.
     fn work(&self, budget: u64) -> Result<u64> {
-        let budget = budget.max(1);
-        let mut done = 0u64;
-        while done < budget {
-            let n = self.step_incorporation(budget - done)?;
-            if n > 0 {
-                done += n;
-                continue;
-            }
-            match self.step_task(budget - done)? {
-                Some(n) => done += n,
-                None => break,
-            }
-        }
-        if done == 0 && self.commit()? {
-            return Ok(1);
-        }
-        Ok(done)
+        let t = std::time::Instant::now();
+        let r = self.work_inner(budget);
+        note_max(&self.counters.max_work_us, t);
+        r
     }
 
     fn durable_seq(&self) -> u64 {
@@ -1102,6 +1226,41 @@ impl Index for Stbe {
     }
 
     fn stats(&self) -> IndexStats {
+        self.stats_inner()
+    }
+
+    fn check(&self) -> Result<u64> {
+        check::check(&self.version(), &self.limits)
+    }
+}
+
+impl Shared {
+    /// [`Index::work`] without the timing.
+    fn work_inner(&self, budget: u64) -> Result<u64> {
+        self.commit_error()?;
+        let budget = budget.max(1);
+        let mut done = 0u64;
+        while done < budget {
+            let n = self.step_incorporation(budget - done)?;
+            if n > 0 {
+                done += n;
+                continue;
+            }
+            match self.step_task(budget - done)? {
+                Some(n) => done += n,
+                None => break,
+            }
+        }
+        if done == 0 && (!self.awaiting.lock().is_empty() || self.dirty()) {
+            // Nothing else to do: make the trunk durable (the committer does the I/O).
+            self.request_commit();
+            self.wait_commit()?;
+            return Ok(1);
+        }
+        Ok(done)
+    }
+
+    fn stats_inner(&self) -> IndexStats {
         let v = self.version();
         let c = &self.counters;
         let mut s = check::shape(&v, &self.limits);
@@ -1120,6 +1279,10 @@ impl Index for Stbe {
             ("commits", &c.commits),
             ("bytes_incorporated", &c.bytes_incorporated),
             ("bytes_compacted", &c.bytes_compacted),
+            ("max_work_us", &c.max_work_us),
+            ("max_commit_us", &c.max_commit_us),
+            ("max_edit_us", &c.max_edit_us),
+            ("max_finish_us", &c.max_finish_us),
         ] {
             s.counters.insert(k.into(), a.load(Ordering::Relaxed));
         }
@@ -1131,9 +1294,5 @@ impl Index for Stbe {
             self.pending_units.load(Ordering::Relaxed),
         );
         s
-    }
-
-    fn check(&self) -> Result<u64> {
-        check::check(&self.version(), &self.limits)
     }
 }

@@ -161,14 +161,16 @@ pub fn choose_internal_merge(fanouts: &[usize], i: usize, l: &Limits) -> Option<
 }
 
 /// Leaves under one parent that should merge: the first adjacent unclaimed pair whose live
-/// estimates together are at most half the leaf target (so that a merged leaf is not split
-/// again at once). Returns the left one's position.
+/// estimates together are at most three quarters of the leaf target (a split leaves pieces
+/// of more than half the target each, so a pair merges only after it lost a quarter of its
+/// data, and a merged leaf is not split again at once). Returns the left one's position.
 pub fn choose_leaf_merge(leaves: &[LeafSummary], l: &Limits) -> Option<usize> {
     (0..leaves.len().saturating_sub(1)).find(|&i| {
         let (a, b) = (&leaves[i], &leaves[i + 1]);
         !a.claimed
             && !b.claimed
-            && a.units.saturating_sub(a.dead) + b.units.saturating_sub(b.dead) <= l.leaf_units / 2
+            && a.units.saturating_sub(a.dead) + b.units.saturating_sub(b.dead)
+                <= l.leaf_units / 4 * 3
     })
 }
 
@@ -283,8 +285,8 @@ mod tests {
             dead: 0,
             claimed: false,
         };
-        assert_eq!(choose_leaf_merge(&[s(900), s(200), s(900)], &l), None);
-        assert_eq!(choose_leaf_merge(&[s(900), s(200), s(300)], &l), Some(1));
+        assert_eq!(choose_leaf_merge(&[s(1400), s(200), s(1400)], &l), None);
+        assert_eq!(choose_leaf_merge(&[s(1400), s(200), s(1300)], &l), Some(1));
         let mut c = [s(100), s(100)];
         c[1].claimed = true;
         assert_eq!(choose_leaf_merge(&c, &l), None);
