@@ -10,8 +10,8 @@
 pub mod bloom;
 pub mod quotient;
 
-pub use bloom::{hash64, Bloom, BloomBuilder};
-pub use quotient::{QuotientBuilder, QuotientFilter};
+pub use bloom::{hash64, Bloom, BloomBuilder, BloomFinish};
+pub use quotient::{QuotientBuilder, QuotientFilter, QuotientFinish};
 
 use crate::error::{Error, Result};
 
@@ -104,10 +104,36 @@ impl FilterBuilder {
         }
     }
 
-    pub(crate) fn finish(self) -> Vec<u8> {
+    /// Starts building the filter in bounded steps.
+    pub(crate) fn start_finish(self) -> FilterFinish {
         match self {
-            FilterBuilder::Bloom(b) => b.finish(),
-            FilterBuilder::Quotient(q) => q.finish(),
+            FilterBuilder::Bloom(b) => FilterFinish::Bloom(b.start_finish()),
+            FilterBuilder::Quotient(q) => FilterFinish::Quotient(q.start_finish()),
+        }
+    }
+}
+
+/// A filter of either kind being built in bounded steps.
+#[derive(Debug)]
+pub(crate) enum FilterFinish {
+    Bloom(BloomFinish),
+    Quotient(QuotientFinish),
+}
+
+impl FilterFinish {
+    /// Does about `budget` keys' worth of work; true when the filter is complete.
+    pub(crate) fn step(&mut self, budget: usize) -> bool {
+        match self {
+            FilterFinish::Bloom(b) => b.step(budget),
+            FilterFinish::Quotient(q) => q.step(budget),
+        }
+    }
+
+    /// The serialized filter (once `step` returned true).
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        match self {
+            FilterFinish::Bloom(b) => b.into_bytes(),
+            FilterFinish::Quotient(q) => q.into_bytes(),
         }
     }
 }
@@ -125,8 +151,13 @@ mod tests {
             b.add_key(&i.to_le_bytes());
             q.add_key(&i.to_le_bytes());
         }
-        let b = Filter::from_bytes(b.finish()).expect("bloom loads");
-        let q = Filter::from_bytes(q.finish()).expect("quotient loads");
+        let finish = |f: FilterBuilder| {
+            let mut f = f.start_finish();
+            while !f.step(10) {}
+            f.into_bytes()
+        };
+        let b = Filter::from_bytes(finish(b)).expect("bloom loads");
+        let q = Filter::from_bytes(finish(q)).expect("quotient loads");
         assert!(matches!(b, Filter::Bloom(_)));
         assert!(matches!(q, Filter::Quotient(_)));
         for i in 0..100u32 {

@@ -110,75 +110,225 @@ impl QuotientBuilder {
         self.hashes.is_empty()
     }
 
-    /// The serialized filter (format in the module documentation): the hashes are sorted by
-    /// fingerprint and laid out in one linear pass.
+    /// The serialized filter (format in the module documentation), in one go.
     pub fn finish(self) -> Vec<u8> {
-        let r = self.r;
-        // Sort by hash first to count distinct hashes, then size the table and sort the
-        // (quotient, remainder) fingerprints, which may collide further.
-        let mut hashes = self.hashes;
-        hashes.sort_unstable();
-        hashes.dedup();
+        let mut f = self.start_finish();
+        while !f.step(usize::MAX) {}
+        f.into_bytes()
+    }
+
+    /// Starts building the filter in bounded steps ([`QuotientFinish::step`]).
+    pub fn start_finish(self) -> QuotientFinish {
+        QuotientFinish::new(self.r, self.hashes)
+    }
+}
+
+/// Phases of a quotient filter's construction.
+#[derive(Debug)]
+enum Phase {
+    /// Turning hashes into fingerprints in place and counting them per bucket.
+    Count {
+        pos: usize,
+    },
+    /// Moving fingerprints to their bucket.
+    Scatter {
+        pos: usize,
+    },
+    /// Sorting bucket `b` and laying out its runs.
+    Layout {
+        b: usize,
+    },
+    /// Writing block `b`'s bit vectors and spill count.
+    Blocks {
+        b: usize,
+    },
+    Done,
+}
+
+/// A quotient filter being built from its keys' hashes in steps of bounded work: fingerprints
+/// are bucketed by quotient range (a counting sort), each bucket is sorted and laid out in
+/// order, then the blocks' metadata is written. The result equals [`QuotientBuilder::finish`].
+#[derive(Debug)]
+pub struct QuotientFinish {
+    r: u32,
+    nq: u64,
+    bb: usize,
+    shift: u32,
+    fps: Vec<u64>,
+    tmp: Vec<u64>,
+    /// Start of each bucket in `tmp` (one more than the buckets).
+    starts: Vec<usize>,
+    out: Vec<u8>,
+    occ: Vec<u64>,
+    ends: Vec<u64>,
+    next_free: u64,
+    last: Option<u64>,
+    keys: u64,
+    occ_before: u64,
+    ends_before: u64,
+    phase: Phase,
+}
+
+impl QuotientFinish {
+    fn new(r: u32, hashes: Vec<u64>) -> QuotientFinish {
+        // The table is sized for the keys added: the caller adds each distinct key once (a
+        // repeated key only lowers the load a little).
         let nq = quotient_range(hashes.len() as u64);
-        let mut fps: Vec<u64> = hashes
-            .iter()
-            .map(|&h| {
-                let (q, rem) = split(h, nq, r);
-                (q << r) | rem
-            })
-            .collect();
-        drop(hashes);
-        fps.sort_unstable();
-        fps.dedup();
-        // Where each run lands: pass one finds the table's end.
-        let mut next_free = 0u64;
-        let mut i = 0;
-        while i < fps.len() {
-            let q = fps[i] >> r;
-            let mut j = i;
-            while j < fps.len() && fps[j] >> r == q {
-                j += 1;
+        // Buckets of about 256 fingerprints, by the high bits of the quotient.
+        let buckets = (hashes.len() / 256).clamp(1, 1 << 16) as u64;
+        let mut shift = 0;
+        while (nq - 1) >> shift >= buckets {
+            shift += 1;
+        }
+        let nbuckets = ((nq - 1) >> shift) as usize + 1;
+        QuotientFinish {
+            r,
+            nq,
+            bb: block_bytes(r),
+            shift,
+            fps: hashes,
+            tmp: Vec::new(),
+            starts: vec![0; nbuckets + 1],
+            out: Vec::new(),
+            occ: Vec::new(),
+            ends: Vec::new(),
+            next_free: 0,
+            last: None,
+            keys: 0,
+            occ_before: 0,
+            ends_before: 0,
+            phase: Phase::Count { pos: 0 },
+        }
+    }
+
+    /// Makes sure blocks up to `b` exist.
+    fn grow(&mut self, b: usize) {
+        if self.occ.len() <= b {
+            self.occ.resize(b + 1, 0);
+            self.ends.resize(b + 1, 0);
+            self.out.resize(HEADER + (b + 1) * self.bb, 0);
+        }
+    }
+
+    /// Does about `budget` fingerprints' worth of work; true when the filter is complete.
+    pub fn step(&mut self, budget: usize) -> bool {
+        let mut left = budget.max(1);
+        let r = self.r;
+        let mask = (1u64 << r) - 1;
+        loop {
+            match self.phase {
+                Phase::Count { pos } => {
+                    let end = pos.saturating_add(left).min(self.fps.len());
+                    for i in pos..end {
+                        let (q, rem) = split(self.fps[i], self.nq, r);
+                        self.fps[i] = (q << r) | rem;
+                        self.starts[(q >> self.shift) as usize + 1] += 1;
+                    }
+                    left -= (end - pos).min(left);
+                    self.phase = Phase::Count { pos: end };
+                    if end < self.fps.len() {
+                        return false;
+                    }
+                    for i in 1..self.starts.len() {
+                        self.starts[i] += self.starts[i - 1];
+                    }
+                    self.tmp = vec![0; self.fps.len()];
+                    self.phase = Phase::Scatter { pos: 0 };
+                }
+                Phase::Scatter { pos } => {
+                    // `starts[b]` serves as bucket b's fill cursor here; it is rebuilt below.
+                    let end = pos.saturating_add(left).min(self.fps.len());
+                    for i in pos..end {
+                        let x = self.fps[i];
+                        let b = ((x >> r) >> self.shift) as usize;
+                        self.tmp[self.starts[b]] = x;
+                        self.starts[b] += 1;
+                    }
+                    left -= (end - pos).min(left);
+                    self.phase = Phase::Scatter { pos: end };
+                    if end < self.fps.len() {
+                        return false;
+                    }
+                    // Every cursor now sits at its bucket's end: shift them back to starts.
+                    for b in (1..self.starts.len()).rev() {
+                        self.starts[b] = self.starts[b - 1];
+                    }
+                    self.starts[0] = 0;
+                    self.fps = Vec::new();
+                    self.phase = Phase::Layout { b: 0 };
+                }
+                Phase::Layout { b } => {
+                    let b0 = b;
+                    if b0 + 1 >= self.starts.len() {
+                        let nb = self.nq.max(self.next_free).div_ceil(64).max(1) as usize;
+                        self.grow(nb - 1);
+                        self.tmp = Vec::new();
+                        self.phase = Phase::Blocks { b: 0 };
+                        continue;
+                    }
+                    let (lo, hi) = (self.starts[b0], self.starts[b0 + 1]);
+                    self.tmp[lo..hi].sort_unstable();
+                    for i in lo..hi {
+                        let fp = self.tmp[i];
+                        if self.last == Some(fp) {
+                            continue;
+                        }
+                        let q = fp >> r;
+                        let same_run = self.last.is_some_and(|l| l >> r == q);
+                        let slot = if same_run {
+                            // Extend the run: its end moves to the next slot.
+                            let prev = self.next_free - 1;
+                            self.ends[(prev / 64) as usize] &= !(1 << (prev % 64));
+                            self.next_free
+                        } else {
+                            q.max(self.next_free)
+                        };
+                        self.grow((slot / 64) as usize);
+                        put_rem(&mut self.out, self.bb, r, slot, fp & mask);
+                        self.occ[(q / 64) as usize] |= 1 << (q % 64);
+                        self.ends[(slot / 64) as usize] |= 1 << (slot % 64);
+                        self.next_free = slot + 1;
+                        self.last = Some(fp);
+                        self.keys += 1;
+                    }
+                    left = left.saturating_sub((hi - lo).max(1));
+                    self.phase = Phase::Layout { b: b0 + 1 };
+                    if left == 0 {
+                        return false;
+                    }
+                }
+                Phase::Blocks { b } => {
+                    let nb = self.occ.len();
+                    let end = b.saturating_add(left / 64 + 1).min(nb);
+                    for i in b..end {
+                        let base = HEADER + i * self.bb;
+                        self.out[base..base + 8].copy_from_slice(&self.occ[i].to_le_bytes());
+                        self.out[base + 8..base + 16].copy_from_slice(&self.ends[i].to_le_bytes());
+                        let spill = (self.occ_before - self.ends_before) as u32;
+                        self.out[base + 16..base + 20].copy_from_slice(&spill.to_le_bytes());
+                        self.occ_before += u64::from(self.occ[i].count_ones());
+                        self.ends_before += u64::from(self.ends[i].count_ones());
+                    }
+                    left = left.saturating_sub((end - b) * 64);
+                    self.phase = Phase::Blocks { b: end };
+                    if end < nb {
+                        return false;
+                    }
+                    self.out[0] = KIND_QUOTIENT;
+                    self.out[1] = r as u8;
+                    self.out[2..10].copy_from_slice(&self.nq.to_le_bytes());
+                    self.out[10..18].copy_from_slice(&(nb as u64).to_le_bytes());
+                    self.out[18..26].copy_from_slice(&self.keys.to_le_bytes());
+                    self.phase = Phase::Done;
+                }
+                Phase::Done => return true,
             }
-            next_free = q.max(next_free) + (j - i) as u64;
-            i = j;
         }
-        let nb = nq.max(next_free).div_ceil(64).max(1);
-        let bb = block_bytes(r);
-        let mut out = vec![0u8; HEADER + nb as usize * bb];
-        out[0] = KIND_QUOTIENT;
-        out[1] = r as u8;
-        out[2..10].copy_from_slice(&nq.to_le_bytes());
-        out[10..18].copy_from_slice(&nb.to_le_bytes());
-        out[18..26].copy_from_slice(&(fps.len() as u64).to_le_bytes());
-        let mut occ = vec![0u64; nb as usize];
-        let mut ends = vec![0u64; nb as usize];
-        let mut next_free = 0u64;
-        let mut i = 0;
-        while i < fps.len() {
-            let q = fps[i] >> r;
-            let start = q.max(next_free);
-            let mut slot = start;
-            while i < fps.len() && fps[i] >> r == q {
-                put_rem(&mut out, bb, r, slot, fps[i] & ((1u64 << r) - 1));
-                slot += 1;
-                i += 1;
-            }
-            occ[(q / 64) as usize] |= 1 << (q % 64);
-            let end = slot - 1;
-            ends[(end / 64) as usize] |= 1 << (end % 64);
-            next_free = slot;
-        }
-        let (mut occ_before, mut ends_before) = (0u64, 0u64);
-        for b in 0..nb as usize {
-            let base = HEADER + b * bb;
-            out[base..base + 8].copy_from_slice(&occ[b].to_le_bytes());
-            out[base + 8..base + 16].copy_from_slice(&ends[b].to_le_bytes());
-            let spill = occ_before - ends_before;
-            out[base + 16..base + 20].copy_from_slice(&(spill as u32).to_le_bytes());
-            occ_before += u64::from(occ[b].count_ones());
-            ends_before += u64::from(ends[b].count_ones());
-        }
-        out
+    }
+
+    /// The serialized filter (call once [`QuotientFinish::step`] returned true).
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.out
     }
 }
 
@@ -491,6 +641,33 @@ mod tests {
             assert!(f.may_contain_hash(h));
         }
         assert!(f.nb * 64 > f.nq, "no overflow blocks");
+    }
+
+    #[test]
+    fn stepwise_build_equals_one_shot() {
+        for n in [0u64, 1, 300, 70_000] {
+            let hashes: Vec<u64> = (0..n).map(|i| super::super::hash64(&key(i, 7))).collect();
+            let mut one = QuotientBuilder::new(8);
+            let mut steps = QuotientBuilder::new(8);
+            for &h in &hashes {
+                one.add_hash(h);
+                steps.add_hash(h);
+            }
+            let a = one.finish();
+            let mut f = steps.start_finish();
+            let mut calls = 0;
+            while !f.step(1000) {
+                calls += 1;
+            }
+            assert_eq!(f.into_bytes(), a, "n {n}");
+            if n == 70_000 {
+                assert!(calls > 50, "{calls} steps");
+            }
+            let q = QuotientFilter::from_bytes(a).expect("valid");
+            for &h in &hashes {
+                assert!(q.may_contain_hash(h));
+            }
+        }
     }
 
     #[test]

@@ -374,6 +374,46 @@ fn quotient_filter_runs_read_like_bloom_runs() {
 }
 
 #[test]
+fn finish_in_steps_writes_the_same_run() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let m = model(&mut rng, 20_000);
+    for spec in [
+        crate::filter::FilterSpec::Bloom { bits_per_key: 10 },
+        crate::filter::FilterSpec::Quotient { remainder_bits: 8 },
+    ] {
+        let build = |steps: bool| {
+            let (_fs, pf) = store();
+            let mut b = RunBuilder::with_filter(pf.clone(), opts(), spec);
+            for e in &m {
+                b.add(e).unwrap();
+            }
+            let mut calls = 0;
+            if steps {
+                while !b.finish_step(3 * PAGE_SIZE as u64).unwrap() {
+                    calls += 1;
+                }
+            }
+            let run = Run::from_builder(b).unwrap();
+            let pages: Vec<Vec<u8>> = run
+                .meta()
+                .extents
+                .iter()
+                .flat_map(|e| e.start..e.end())
+                .map(|p| pf.read_uncached(p, Purpose::Merge).unwrap().to_vec())
+                .collect();
+            (run.meta().clone(), pages, calls, run)
+        };
+        let (meta_a, pages_a, _, _) = build(false);
+        let (meta_b, pages_b, calls, run) = build(true);
+        assert_eq!(meta_a, meta_b, "{spec:?}");
+        assert!(pages_a == pages_b, "{spec:?}: pages differ");
+        assert!(calls > 10, "{spec:?}: finished in {calls} steps");
+        let run = Arc::new(run);
+        verify(&run, &m, &mut rng, 3);
+    }
+}
+
+#[test]
 fn no_filter_and_tiny_chunks() {
     let mut rng = SmallRng::seed_from_u64(seed());
     let (_fs, pf) = store();
