@@ -223,17 +223,39 @@ pub fn decode(buf: &[u8], store: &Arc<PageFile>) -> Result<Decoded> {
     }
     let mut branches: HashMap<u64, Arc<Branch>> = HashMap::with_capacity(nb as usize);
     let mut refcounts: HashMap<u64, u64> = HashMap::with_capacity(nb as usize);
+    let mut metas: Vec<(u64, RunMeta)> = Vec::with_capacity(nb as usize);
+    let mut extents: Vec<(crate::storage::Extent, u64)> = Vec::new();
     for _ in 0..nb {
         let id = r.varint()?;
         let refs = r.varint()?;
         let meta = RunMeta::decode(&mut r)?;
-        if id >= next_branch || branches.contains_key(&id) {
+        if id >= next_branch || refcounts.contains_key(&id) {
             return Err(bad(format!(
                 "branch id {id} repeated or not below {next_branch}"
             )));
         }
-        branches.insert(id, Arc::new(Branch::from_meta(id, meta, store.clone())));
+        extents.extend(meta.extents.iter().map(|e| (*e, id)));
+        metas.push((id, meta));
         refcounts.insert(id, refs);
+    }
+    if extents
+        .iter()
+        .any(|(e, _)| e.pages == 0 || e.start.checked_add(e.pages).is_none())
+    {
+        return Err(bad("an extent is empty or overflows".into()));
+    }
+    // Distinct branches never share a page (a branch releases its extents when dropped).
+    extents.sort();
+    for w in extents.windows(2) {
+        if w[0].0.pages == 0 || w[0].0.end() > w[1].0.start {
+            return Err(bad(format!(
+                "branches {} and {} share pages or hold an empty extent",
+                w[0].1, w[1].1
+            )));
+        }
+    }
+    for (id, meta) in metas {
+        branches.insert(id, Arc::new(Branch::from_meta(id, meta, store.clone())));
     }
     let mut d = DecodeCtx {
         branches: &branches,

@@ -58,6 +58,9 @@ use crate::storage::{Extent, Purpose};
 /// more wait unstarted, so memory stays bounded however far behind compaction falls.
 const MAX_OPEN_JOBS: usize = 3;
 
+/// The least work one `work` call does when there is any (16 KiB, the Db's smallest step).
+const MIN_STEP_UNITS: u64 = 16 << 10;
+
 /// One published shape of the trunk.
 pub struct Version {
     pub root: Arc<Node>,
@@ -522,9 +525,23 @@ impl Shared {
     /// One step of building the oldest queued memtable into a branch and, once built, adding
     /// it to the root (then the cascade and a commit). Returns the units of work done.
     fn step_incorporation(&self, budget: u64) -> Result<u64> {
-        let Some(mut guard) = self.inc.try_lock() else {
-            return Ok(0);
-        };
+        match self.inc.try_lock() {
+            Some(guard) => self.step_incorporation_with(guard, budget),
+            None => Ok(0),
+        }
+    }
+
+    /// [`Shared::step_incorporation`], waiting for a thread that holds the build.
+    fn step_incorporation_blocking(&self, budget: u64) -> Result<u64> {
+        let guard = self.inc.lock();
+        self.step_incorporation_with(guard, budget)
+    }
+
+    fn step_incorporation_with(
+        &self,
+        mut guard: parking_lot::MutexGuard<'_, Option<Incorporation>>,
+        budget: u64,
+    ) -> Result<u64> {
         if guard.is_none() {
             let Some(mem) = self.queue.lock().front().cloned() else {
                 return Ok(0);
@@ -616,16 +633,18 @@ impl Shared {
             self.publish(&mut st);
             note_max(&self.counters.max_edit_us, t);
         }
+        // Still holding the build slot: a thread that takes it next must not find this
+        // memtable at the front of the queue and build it again.
         let mem = inc.mem.clone();
-        *guard = None;
-        drop(guard);
+        self.awaiting.lock().push_back(mem.clone());
         {
             let mut q = self.queue.lock();
             if q.front().is_some_and(|m| Arc::ptr_eq(m, &mem)) {
                 q.pop_front();
             }
         }
-        self.awaiting.lock().push_back(mem);
+        *guard = None;
+        drop(guard);
         self.request_commit();
         self.counters.incorporations.fetch_add(1, Ordering::Relaxed);
         Ok(done.max(1))
@@ -706,7 +725,7 @@ impl Shared {
         Vec<(Arc<Branch>, Vec<(Key, Option<Key>)>)>,
         Install,
         bool,
-        Vec<Arc<Branch>>,
+        Option<Vec<Arc<Branch>>>,
     )> {
         match kind {
             TaskKind::Batch {
@@ -759,7 +778,7 @@ impl Shared {
                         inputs: held,
                     },
                     false,
-                    older.into_values().collect(),
+                    (*height == 0).then(|| older.into_values().collect()),
                 ))
             }
             TaskKind::Full { leaf, lo } => {
@@ -780,7 +799,7 @@ impl Shared {
                         prefix,
                     },
                     true,
-                    Vec::new(),
+                    None,
                 ))
             }
             TaskKind::Merge { left, right, lo } => {
@@ -805,7 +824,7 @@ impl Shared {
                         right_refs: ids(r),
                     },
                     true,
-                    Vec::new(),
+                    None,
                 ))
             }
         }
@@ -879,7 +898,7 @@ impl Shared {
             Ok(j) => j,
             Err((sources, install, bottom, older)) => {
                 // Outside the lock: the snapshot list is taken after the inputs were fixed.
-                let probe = (!older.is_empty()).then(|| Probe::new(older));
+                let probe = older.map(Probe::new);
                 let units: u64 = sources
                     .iter()
                     .map(|(b, rs)| {
@@ -908,6 +927,7 @@ impl Shared {
                 }
             }
         };
+        let before = job.build.consumed();
         let step = job.build.step(budget);
         let (n, finished) = match step {
             Ok(x) => x,
@@ -918,11 +938,13 @@ impl Shared {
                 return Err(e);
             }
         };
-        self.sub_pending(n);
+        // Pending units count input still to merge (priming and finishing are not input).
+        let merged = job.build.consumed() - before;
+        self.sub_pending(merged);
         if !finished {
             let mut st = self.state.lock();
             if let Some(t) = st.tasks.get_mut(&id) {
-                t.done += n;
+                t.done += merged;
                 t.job = Some(job);
                 t.busy = false;
             }
@@ -948,7 +970,7 @@ impl Shared {
         let mut st = self.state.lock();
         st.open_jobs -= 1;
         if let Some(t) = st.tasks.get_mut(&id) {
-            t.done += n;
+            t.done += merged;
         }
         self.remove_task(&mut st, id);
         let installed = self.install(&mut st, install, output, share);
@@ -1096,6 +1118,21 @@ impl Shared {
         }
     }
 
+    /// [`Shared::wait_commit`], giving up after `limit`.
+    fn wait_commit_for(&self, limit: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + limit;
+        let mut r = self.commit_req.lock();
+        while (r.requested || r.in_flight) && r.error.is_none() && !r.shutdown {
+            if self.commit_cv.wait_until(&mut r, deadline).timed_out() {
+                break;
+            }
+        }
+        match &r.error {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        }
+    }
+
     fn commit_error(&self) -> Result<()> {
         match &self.commit_req.lock().error {
             Some(e) => Err(e.duplicate()),
@@ -1168,24 +1205,7 @@ impl Index for Stbe {
     /// of one node's worth (at most one memtable's), plus everything pending while the root
     /// is full.
     fn debt(&self) -> u64 {
-        let queued = self.queue_units.load(Ordering::Relaxed);
-        let waiting = !self.queue.lock().is_empty() || !self.awaiting.lock().is_empty();
-        let queued = if queued == 0 && waiting { 1 } else { queued };
-        let pending = self.pending_units.load(Ordering::Relaxed);
-        let excess = if std::env::var("STBE_NOEXCESS").is_ok() {
-            0
-        } else {
-            pending
-                .saturating_sub(self.allowance())
-                .min(self.limits.memtable_units)
-        };
-
-        let blocking = if self.root_blocked.load(Ordering::Relaxed) {
-            pending.max(1)
-        } else {
-            excess
-        };
-        queued.saturating_add(blocking)
+        self.debt_units()
     }
 
     fn background_work(&self) -> bool {
@@ -1235,10 +1255,36 @@ impl Index for Stbe {
 }
 
 impl Shared {
+    /// [`Index::debt`].
+    fn debt_units(&self) -> u64 {
+        let queued = self.queue_units.load(Ordering::Relaxed);
+        // Memtables awaiting their commit are no debt: the committer makes them durable
+        // without the writers, and a writer's paced step must never wait for an fsync.
+        let waiting = !self.queue.lock().is_empty();
+        let queued = if queued == 0 && waiting { 1 } else { queued };
+        let pending = self.pending_units.load(Ordering::Relaxed);
+        let excess = if std::env::var("STBE_NOEXCESS").is_ok() {
+            0
+        } else {
+            pending
+                .saturating_sub(self.allowance())
+                .min(self.limits.memtable_units)
+        };
+
+        let blocking = if self.root_blocked.load(Ordering::Relaxed) {
+            pending.max(1)
+        } else {
+            excess
+        };
+        queued.saturating_add(blocking)
+    }
+
     /// [`Index::work`] without the timing.
     fn work_inner(&self, budget: u64) -> Result<u64> {
         self.commit_error()?;
-        let budget = budget.max(1);
+        // A step smaller than this would cost more in setup than it does; the Db's own steps
+        // are at least this large.
+        let budget = budget.max(MIN_STEP_UNITS);
         let mut done = 0u64;
         while done < budget {
             let n = self.step_incorporation(budget - done)?;
@@ -1251,13 +1297,36 @@ impl Shared {
                 None => break,
             }
         }
-        if done == 0 && (!self.awaiting.lock().is_empty() || self.dirty()) {
-            // Nothing else to do: make the trunk durable (the committer does the I/O).
+        if done > 0 {
+            return Ok(done);
+        }
+        let queued = !self.queue.lock().is_empty();
+        if queued {
+            // Another thread is building the memtable that is the debt: wait for its step to
+            // end and take a step too, rather than spin.
+            let n = self.step_incorporation_blocking(budget)?;
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+        if !self.awaiting.lock().is_empty() || self.dirty() {
+            // Nothing else to do: make the trunk durable (the committer does the I/O). With
+            // no debt left (a flush, a drain, an idle worker) wait for it; a writer paying
+            // debt that other threads hold the work of waits at most a moment, never for an
+            // fsync. Either way this is progress: never 0 while a memtable awaits its commit.
             self.request_commit();
-            self.wait_commit()?;
+            if self.debt_units() == 0 {
+                self.wait_commit()?;
+            } else {
+                self.wait_commit_for(std::time::Duration::from_millis(1))?;
+            }
             return Ok(1);
         }
-        Ok(done)
+        if self.debt_units() > 0 {
+            // The debt's work is in other threads' hands: let them run.
+            std::thread::yield_now();
+        }
+        Ok(0)
     }
 
     fn stats_inner(&self) -> IndexStats {
@@ -1289,6 +1358,18 @@ impl Shared {
         let st = self.state.lock();
         s.counters
             .insert("pending_tasks".into(), st.tasks.len() as u64);
+        s.counters.insert(
+            "open_tasks".into(),
+            st.tasks
+                .values()
+                .filter(|t| t.job.is_some() || t.busy)
+                .count() as u64,
+        );
+        s.counters.insert("open_jobs".into(), st.open_jobs as u64);
+        s.counters.insert(
+            "claimed_leaves".into(),
+            (st.claims.full.len() + st.claims.frozen.len()) as u64,
+        );
         s.counters.insert(
             "pending_units".into(),
             self.pending_units.load(Ordering::Relaxed),

@@ -90,35 +90,63 @@ pub fn coalesce(mut ranges: Vec<(Key, Option<Key>)>) -> Vec<(Key, Option<Key>)> 
     out
 }
 
-/// Dead-data estimate of a leaf compaction: every `PROBE_EVERY`-th new key of the output is
-/// looked up in the filters of the leaf's older branches; a hit means the key overwrites or
-/// deletes older data there (false positives: about 1/256).
+/// Dead-data estimate of a leaf's batch compaction: what a whole-leaf compaction would drop.
+/// Every tombstone of the output counts (a whole-leaf compaction drops it); so does the older
+/// version each output key shadows, estimated by looking every `PROBE_EVERY`-th key up in the
+/// filters of the leaf's older branches (a hit: the key overwrites or deletes older data
+/// there; false positives about 1/256) and sizing what it shadows as the key's own entry (a
+/// tombstone: an average entry of the older branches).
 pub struct Probe {
     older: Vec<Arc<Branch>>,
+    avg_old: u64,
     seen: u64,
     probes: u64,
     hits: u64,
+    out_units: u64,
+    tomb_units: u64,
+    shadow_units: u64,
 }
 
 const PROBE_EVERY: u64 = 16;
 
 impl Probe {
     pub fn new(older: Vec<Arc<Branch>>) -> Probe {
+        let (units, entries) = older.iter().fold((0u64, 0u64), |(u, n), b| {
+            (u + b.units(), n + b.meta().entries)
+        });
         Probe {
             older,
+            avg_old: units.checked_div(entries).unwrap_or(0),
             seen: 0,
             probes: 0,
             hits: 0,
+            out_units: 0,
+            tomb_units: 0,
+            shadow_units: 0,
         }
     }
 
-    fn key(&mut self, key: &[u8]) {
+    fn entry(&mut self, e: &Entry, new_key: bool) {
+        let u = entry_units(e);
+        self.out_units += u;
+        if e.kind == crate::entry::Kind::Delete {
+            self.tomb_units += u;
+        }
+        if !new_key {
+            return;
+        }
+        self.shadow_units += if e.kind == crate::entry::Kind::Delete {
+            self.avg_old
+        } else {
+            u
+        };
         self.seen += 1;
         if self.older.is_empty() || self.seen % PROBE_EVERY != 0 {
             return;
         }
         self.probes += 1;
-        let h = hash64(key);
+        let h = hash64(&e.key);
+        let key: &[u8] = &e.key;
         let hit = self.older.iter().any(|b| {
             let m = b.meta();
             key >= m.min_key.as_slice()
@@ -130,13 +158,19 @@ impl Probe {
         }
     }
 
-    /// The share of the output estimated to shadow older data.
+    /// Estimated dead units per unit of output (may exceed 1: shadowed data lies in the older
+    /// branches).
     pub fn share(&self) -> f64 {
-        if self.probes == 0 {
+        if self.out_units == 0 {
+            return 0.0;
+        }
+        let hit = if self.probes == 0 {
             0.0
         } else {
             self.hits as f64 / self.probes as f64
-        }
+        };
+        let dead = self.tomb_units as f64 + hit * self.shadow_units as f64;
+        (dead / self.out_units as f64).min(4.0)
     }
 }
 
@@ -148,15 +182,58 @@ pub struct BuildOptions {
     pub purpose: Purpose,
 }
 
+/// A merge source whose first entry has been read (its first read-ahead window loaded).
+struct Primed {
+    first: Option<Option<Result<Entry>>>,
+    inner: EntryIter,
+}
+
+impl Primed {
+    fn prime(&mut self) {
+        if self.first.is_none() {
+            self.first = Some(self.inner.next());
+        }
+    }
+}
+
+impl Iterator for Primed {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        match self.first.take() {
+            Some(first) => first,
+            None => self.inner.next(),
+        }
+    }
+}
+
+/// Budget units one source's first read costs: a read-ahead window of a run.
+const PRIME_UNITS: u64 = crate::run::READAHEAD_PAGES * crate::storage::PAGE_SIZE as u64;
+
+/// What the merge is made of once every source is primed.
+struct Pending {
+    sources: Vec<Primed>,
+    primed: usize,
+    snapshots: Vec<u64>,
+    bottom: bool,
+    merge_op: Option<Arc<dyn MergeOperator>>,
+}
+
 /// A branch being built from a sorted input, in steps.
 pub struct Build {
+    /// The sources of a compaction until each has read its first window (a step primes
+    /// about a budget's worth of them, so that starting a merge of many branches is spread
+    /// over steps too).
+    pending: Option<Pending>,
     input: Compactor<Counted>,
     consumed: Arc<AtomicU64>,
     builder: RunBuilder,
     sampler: Sampler,
     last_key: Option<Key>,
     probe: Option<Probe>,
+    /// The input has ended.
     finished: bool,
+    /// The branch is written (its finish done too).
+    complete: bool,
 }
 
 impl Build {
@@ -186,6 +263,7 @@ impl Build {
             remainder_bits: opts.remainder_bits,
         };
         Build {
+            pending: None,
             input: Compactor::new(counted, snapshots, bottom, merge_op),
             consumed,
             builder: RunBuilder::with_filter(store, run_opts, spec),
@@ -193,6 +271,7 @@ impl Build {
             last_key: None,
             probe,
             finished: false,
+            complete: false,
         }
     }
 
@@ -207,7 +286,7 @@ impl Build {
         opts: BuildOptions,
         probe: Option<Probe>,
     ) -> Result<Build> {
-        let mut iters: Vec<EntryIter> = Vec::with_capacity(sources.len());
+        let mut iters: Vec<Primed> = Vec::with_capacity(sources.len());
         for (b, ranges) in sources {
             let ranges: Vec<(Key, Option<Key>)> = ranges
                 .iter()
@@ -217,16 +296,62 @@ impl Build {
             if ranges.is_empty() {
                 continue;
             }
-            iters.push(Box::new(Ranges {
-                run: b.run()?.clone(),
-                ranges: ranges.into_iter(),
-                current: None,
-            }));
+            iters.push(Primed {
+                first: None,
+                inner: Box::new(Ranges {
+                    run: b.run()?.clone(),
+                    ranges: ranges.into_iter(),
+                    current: None,
+                }),
+            });
         }
-        let merged: EntryIter = Box::new(MergeIter::new(iters, false));
-        Ok(Build::new(
-            store, merged, snapshots, bottom, merge_op, opts, probe,
-        ))
+        let empty: EntryIter = Box::new(std::iter::empty());
+        let mut build = Build::new(
+            store,
+            empty,
+            Vec::new(),
+            bottom,
+            merge_op.clone(),
+            opts,
+            probe,
+        );
+        build.pending = Some(Pending {
+            sources: iters,
+            primed: 0,
+            snapshots,
+            bottom,
+            merge_op,
+        });
+        Ok(build)
+    }
+
+    /// Primes sources while the budget lasts; once all are, builds the merge. Returns the
+    /// budget spent.
+    fn prime(&mut self, budget: u64) -> u64 {
+        let Some(p) = &mut self.pending else {
+            return 0;
+        };
+        let mut spent = 0;
+        while p.primed < p.sources.len() && spent < budget {
+            p.sources[p.primed].prime();
+            p.primed += 1;
+            spent += PRIME_UNITS;
+        }
+        if p.primed == p.sources.len() {
+            if let Some(p) = self.pending.take() {
+                let sources: Vec<EntryIter> = p
+                    .sources
+                    .into_iter()
+                    .map(|s| Box::new(s) as EntryIter)
+                    .collect();
+                let counted = Counted {
+                    inner: Box::new(MergeIter::new(sources, false)),
+                    units: self.consumed.clone(),
+                };
+                self.input = Compactor::new(counted, p.snapshots, p.bottom, p.merge_op);
+            }
+        }
+        spent
     }
 
     /// Units of input consumed so far.
@@ -234,9 +359,17 @@ impl Build {
         self.consumed.load(Ordering::Relaxed)
     }
 
-    /// Merges input until `budget` more units are consumed or the input ends (`true`).
-    /// Returns the units consumed in this step.
+    /// Merges input until `budget` more units are consumed, then, once the input has ended,
+    /// finishes the branch (index levels, filter, header) in steps of the same budget.
+    /// Returns the work done (input units consumed, or the budget spent finishing) and
+    /// whether the branch is complete.
     pub fn step(&mut self, budget: u64) -> Result<(u64, bool)> {
+        if self.pending.is_some() {
+            let spent = self.prime(budget);
+            if self.pending.is_some() || spent >= budget {
+                return Ok((spent.max(1), false));
+            }
+        }
         let start = self.consumed();
         while !self.finished && self.consumed() - start < budget {
             match self.input.next() {
@@ -244,10 +377,10 @@ impl Build {
                     self.builder.add(&e)?;
                     self.sampler.add(&e);
                     let new_key = self.last_key.as_ref().is_none_or(|k| **k != *e.key);
+                    if let Some(p) = &mut self.probe {
+                        p.entry(&e, new_key);
+                    }
                     if new_key {
-                        if let Some(p) = &mut self.probe {
-                            p.key(&e.key);
-                        }
                         self.last_key = Some(e.key.clone());
                     }
                 }
@@ -255,7 +388,17 @@ impl Build {
                 None => self.finished = true,
             }
         }
-        Ok((self.consumed() - start, self.finished))
+        let merged = self.consumed() - start;
+        if !self.finished || self.complete {
+            return Ok((merged, self.complete));
+        }
+        if self.builder.entries() == 0 {
+            self.complete = true;
+            return Ok((merged.max(1), true));
+        }
+        let left = budget.saturating_sub(merged).max(budget / 4).max(1);
+        self.complete = self.builder.finish_step(left)?;
+        Ok((merged + left, self.complete))
     }
 
     /// The dead share the probe measured (0 without one).

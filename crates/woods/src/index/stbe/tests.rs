@@ -14,7 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::branch::Branch;
-use super::edit::{Claims, Editor, Ids};
+use super::edit::{Claims, Editor};
 use super::node::Node;
 use super::*;
 use crate::cache::Cache;
@@ -25,7 +25,7 @@ use crate::memtable::Memtable;
 use crate::merge::{resolve, MergeIter, Resolver};
 use crate::options::{MergeOperator, StbeParams};
 use crate::run::{Run, RunBuilder, RunOptions};
-use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PageFile, Purpose, PAGE_SIZE};
+use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PageFile, PAGE_SIZE};
 
 fn seed(test: &str) -> u64 {
     let s = std::env::var("WOODS_SEED")
@@ -262,13 +262,36 @@ impl Harness {
         // Decoded into a scratch store: the copies release their extents there when dropped.
         let d = meta::decode(&buf, &scratch_store()).expect("metadata round trip");
         assert_eq!(branch_set(&d.root).len(), refs.len());
+        let set = branch_set(&v.root);
         for (id, n) in &refs {
-            let b = branch_set(&v.root).remove(id).expect("branch");
+            let b = &set[id];
             assert!(
                 Arc::strong_count(&b) as u64 > *n,
                 "branch {id}: holds below references"
             );
         }
+    }
+
+    /// Works until every incorporated memtable is durable (and so in the manifest).
+    fn make_durable(&mut self) {
+        for _ in 0..1_000_000 {
+            if self.index.awaiting.lock().is_empty() && self.index.queue.lock().is_empty() {
+                return;
+            }
+            self.index.work(4096).expect("work");
+        }
+        panic!("commits never finished");
+    }
+
+    /// Pages allocated in the store and pages the committed trunk's branches hold.
+    fn pages(&self) -> (u64, u64) {
+        let alloc = self.ctx.store.alloc();
+        let used = alloc.end() - alloc.free_pages() - alloc.first_page();
+        let reachable = branch_set(&self.index.version().root)
+            .values()
+            .map(|b| b.meta().pages())
+            .sum();
+        (used, reachable)
     }
 
     /// Works until nothing is left to do.
@@ -432,4 +455,248 @@ fn randomized_against_model() {
         assert!(s.counters[c] > 0, "seed {seed}: no {c}: {:?}", s.counters);
     }
     assert!(s.height >= 3, "seed {seed}: height {}", s.height);
+}
+
+#[test]
+fn concurrent_workers_and_readers_see_every_write() {
+    let seed = seed("concurrent_workers_and_readers_see_every_write");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut h = Harness::new(small_params(3), 16 << 10);
+    // Stable keys: written once, then only read while the tree reorganises around them.
+    let stable: Vec<(Vec<u8>, Vec<u8>)> = (0..2_000u64)
+        .map(|i| (format!("s{i:06}").into_bytes(), vec![(i % 251) as u8; 20]))
+        .collect();
+    for (k, v) in &stable {
+        h.write(Kind::Put, k, v);
+    }
+    h.rotate();
+    let index = Arc::new(std::mem::replace(
+        &mut h.index,
+        Stbe::open(h.ctx.clone(), h.params.clone(), &[], 0).expect("placeholder"),
+    ));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let (index, stop) = (index.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += index.work(2048).expect("work");
+                }
+                n
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (index, stop, stable) = (index.clone(), stop.clone(), stable.clone());
+            std::thread::spawn(move || {
+                let op: Arc<dyn MergeOperator> = Arc::new(Append);
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Relaxed) || rounds < 3 {
+                    for (k, v) in stable.iter().skip(r).step_by(37) {
+                        let mut out = Vec::new();
+                        index.get(k, u64::MAX >> 8, &mut out).expect("get");
+                        let got = resolve(k, &out, u64::MAX >> 8, Some(&op)).expect("resolve");
+                        assert_eq!(got.as_deref(), Some(&v[..]), "key {k:?}");
+                    }
+                    let srcs = index
+                        .iter(
+                            Bound::Included(b"s".to_vec()),
+                            Bound::Excluded(b"t".to_vec()),
+                            r == 1,
+                        )
+                        .expect("iter");
+                    let n = Resolver::new(
+                        Box::new(MergeIter::new(srcs, r == 1)),
+                        u64::MAX >> 8,
+                        Some(op.clone()),
+                        r == 1,
+                    )
+                    .map(|x| x.expect("scan"))
+                    .count();
+                    assert_eq!(n, stable.len(), "scan saw {n} stable keys");
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    // A writer feeding memtables of other keys, absorbing whenever the index is ready.
+    let mut absorbed = index.stats().counters["incorporations"];
+    let mut seq = h.seq;
+    for round in 0..150u64 {
+        let mem = Arc::new(Memtable::new(0));
+        for _ in 0..300 {
+            seq += 1;
+            let k = format!("w{:06}", rng.gen_range(0..5_000u32));
+            mem.insert(k.as_bytes(), seq, Kind::Put, &round.to_le_bytes());
+        }
+        while index.debt() > 0 {
+            std::thread::yield_now();
+        }
+        index.absorb(mem).expect("absorb");
+        absorbed += 1;
+    }
+    while index.background_work() {
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    for r in readers {
+        assert!(r.join().expect("reader") >= 3);
+    }
+    let s = index.stats();
+    // Every memtable went in exactly once.
+    assert_eq!(
+        s.counters["incorporations"], absorbed,
+        "seed {seed}: {:?}",
+        s.counters
+    );
+    assert!(s.counters["compactions"] > 0, "{:?}", s.counters);
+    index.check().expect("check");
+}
+
+#[test]
+fn reopen_recovers_the_committed_trunk_and_its_pending_compactions() {
+    let seed = seed("reopen_recovers_the_committed_trunk_and_its_pending_compactions");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut h = Harness::new(small_params(3), 16 << 10);
+    for round in 0..4 {
+        for i in 0..8_000u64 {
+            let k = key(rng.gen_range(0..4_000));
+            if rng.gen_bool(0.1) {
+                h.write(Kind::Delete, &k, b"");
+            } else if rng.gen_bool(0.1) {
+                h.write(Kind::Merge, &k, format!("+{i}").as_bytes());
+            } else {
+                h.write(Kind::Put, &k, &vec![round as u8; rng.gen_range(1..80)]);
+            }
+        }
+        h.rotate();
+        h.make_durable();
+        // Whatever compactions are pending or half done are lost with the process.
+        let pending = h.index.state.lock().tasks.len();
+        h.reopen();
+        assert_eq!(
+            h.index.state.lock().tasks.len() >= pending.min(1),
+            true,
+            "seed {seed}: pending compactions were not re-derived"
+        );
+        h.assert_matches_model(&format!("seed {seed} after reopen {round}"));
+        h.index.check().expect("check after reopen");
+    }
+    h.drain();
+    h.assert_matches_model(&format!("seed {seed} drained"));
+    let (used, reachable) = h.pages();
+    assert_eq!(
+        used, reachable,
+        "seed {seed}: pages allocated but unreachable at rest"
+    );
+}
+
+#[test]
+fn sequential_loads_move_data_down_without_rewriting_it() {
+    let mut seq_h = Harness::new(small_params(4), 32 << 10);
+    for i in 0..60_000u64 {
+        seq_h.write(Kind::Put, format!("q{i:09}").as_bytes(), &[7u8; 40]);
+    }
+    seq_h.rotate();
+    seq_h.drain();
+    seq_h.assert_matches_model("sequential");
+    let seq_s = seq_h.index.stats();
+    let mut rnd_h = Harness::new(small_params(4), 32 << 10);
+    for i in 0..60_000u64 {
+        rnd_h.write(Kind::Put, &key(i), &[7u8; 40]);
+    }
+    rnd_h.rotate();
+    rnd_h.drain();
+    let rnd_s = rnd_h.index.stats();
+    let ratio = |s: &IndexStats| {
+        s.counters["bytes_compacted"] as f64 / s.counters["bytes_incorporated"] as f64
+    };
+    eprintln!(
+        "compacted / incorporated: sequential {:.2} ({} trivial flushes), random {:.2}",
+        ratio(&seq_s),
+        seq_s.counters["trivial_flushes"],
+        ratio(&rnd_s)
+    );
+    assert!(
+        seq_s.counters["trivial_flushes"] > 10,
+        "{:?}",
+        seq_s.counters
+    );
+    assert!(
+        ratio(&seq_s) < 0.3,
+        "sequential data was rewritten: {:?}",
+        seq_s.counters
+    );
+    assert!(ratio(&rnd_s) > 1.0, "{:?}", rnd_s.counters);
+}
+
+#[test]
+fn deletes_shrink_and_merge_the_tree() {
+    let seed = seed("deletes_shrink_and_merge_the_tree");
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut h = Harness::new(small_params(4), 16 << 10);
+    let n = 20_000u64;
+    for i in 0..n {
+        h.write(Kind::Put, &key(i), &[1u8; 50]);
+    }
+    h.rotate();
+    h.drain();
+    let before = h.index.stats();
+    let mut order: Vec<u64> = (0..n).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.gen_range(0..=i));
+    }
+    for &i in order.iter().take((n * 95 / 100) as usize) {
+        h.write(Kind::Delete, &key(i), b"");
+    }
+    h.rotate();
+    h.drain();
+    h.assert_matches_model(&format!("seed {seed}"));
+    h.index.check().expect("check");
+    let after = h.index.stats();
+    eprintln!(
+        "seed {seed}: before {} trunk nodes, after {}; counters {:?}",
+        before.counters["trunk_nodes"], after.counters["trunk_nodes"], after.counters
+    );
+    assert!(after.counters["merges"] > 0, "seed {seed}: no merges");
+    assert!(after.counters["trunk_nodes"] < before.counters["trunk_nodes"]);
+    let (used, reachable) = h.pages();
+    assert_eq!(used, reachable, "seed {seed}: leaked pages");
+}
+
+#[test]
+fn damaged_metadata_is_an_error_never_a_panic() {
+    let mut h = Harness::new(small_params(3), 16 << 10);
+    for i in 0..20_000u64 {
+        h.write(Kind::Put, &key(i % 3_000), &[3u8; 30]);
+    }
+    h.rotate();
+    let v = h.index.version();
+    let good = meta::encode(&v.root, v.ids, h.index.next_branch.load(Ordering::Relaxed));
+    // Each decode gets a store of its own: its branches release their extents there.
+    let decode = |b: &[u8]| meta::decode(b, &scratch_store()).map(|_| ());
+    assert!(decode(&good).is_ok());
+    for cut in [0, 1, good.len() / 2, good.len() - 1] {
+        assert!(decode(&good[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut bad = good.clone();
+    bad.push(0);
+    assert!(decode(&bad).is_err(), "trailing byte");
+    let mut rng = SmallRng::seed_from_u64(seed("damaged_metadata"));
+    let mut refused = 0;
+    for _ in 0..3_000 {
+        let mut b = good.clone();
+        let at = rng.gen_range(0..b.len());
+        b[at] ^= 1 << rng.gen_range(0..8);
+        if decode(&b).is_err() {
+            refused += 1;
+        }
+    }
+    assert!(refused > 1_000, "only {refused} damaged copies refused");
 }
