@@ -33,7 +33,7 @@ Exit status: 0 on success; 1 when `get` finds no value or `verify` finds a bad r
     about = "Command-line tool of the woods embedded key-value storage engine",
     long_about = "Command-line tool of the woods embedded key-value storage engine.\n\n\
         Every command works on a database directory DB. `put` and `load` create the database when \
-        DB holds none; every other command needs an existing one. The index kind (btree or lsm) \
+        DB holds none; every other command needs an existing one. The index kind (btree, lsm, stbe) \
         is fixed when a database is created and read from the database afterwards.",
     after_help = ENCODING_HELP
 )]
@@ -58,7 +58,7 @@ enum Cmd {
         key: String,
         /// Value (text, or hex after `0x`).
         value: String,
-        /// Index kind when creating the database: btree or lsm [default: the library's default,
+        /// Index kind when creating the database: btree, lsm or stbe [default: the library's default,
         /// lsm]. For an existing database it must match the stored kind if given.
         #[arg(long, value_name = "KIND")]
         index: Option<String>,
@@ -174,7 +174,7 @@ pub struct GenArgs {
 pub struct LoadArgs {
     #[command(flatten)]
     pub gen: GenArgs,
-    /// Index kind: btree or lsm (must match the stored kind for an existing database).
+    /// Index kind: btree, lsm or stbe (must match the stored kind for an existing database).
     #[arg(long, value_name = "KIND")]
     pub index: String,
     /// Write every record with Durability::Sync and acknowledge every record.
