@@ -823,17 +823,11 @@ impl<'a> Editor<'a> {
         let ok = match Self::node_at(root, 1, lo) {
             Some(p) => {
                 let a = p.children.iter().position(|c| c.node.id == left);
-                match a {
-                    Some(a)
-                        if p.children.get(a + 1).map(|c| c.node.id) == Some(right)
-                            && ids(&p.children[a].node) == left_refs
-                            && ids(&p.children[a + 1].node) == right_refs
-                            && p.children[a].start == p.children[a + 1].start =>
-                    {
-                        true
-                    }
-                    _ => false,
-                }
+                matches!(a, Some(a)
+                    if p.children.get(a + 1).map(|c| c.node.id) == Some(right)
+                        && ids(&p.children[a].node) == left_refs
+                        && ids(&p.children[a + 1].node) == right_refs
+                        && p.children[a].start == p.children[a + 1].start)
             }
             None => false,
         };

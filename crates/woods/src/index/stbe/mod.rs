@@ -44,7 +44,7 @@ use self::branch::{Branch, Key};
 use self::edit::{Claims, Editor, Effects, Ids};
 use self::node::{Child, Node};
 use self::policy::{choose_leaf, LeafChoice, LeafSummary, Limits};
-use self::task::{coalesce, Build, BuildOptions, Probe};
+use self::task::{coalesce, Build, BuildOptions, KeyRanges, Probe, Source};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::Entry;
 use crate::error::Result;
@@ -358,26 +358,30 @@ impl Shared {
 
     fn rederive_tasks(&self) {
         let mut st = self.state.lock();
-        let mut batches: BTreeMap<u64, (u32, Key, Option<Key>, Vec<Arc<Branch>>)> = BTreeMap::new();
+        let mut batches: BTreeMap<u64, edit::NewBatch> = BTreeMap::new();
         let mut leaves: Vec<(u64, Key)> = Vec::new();
         fn walk(
             n: &Node,
-            batches: &mut BTreeMap<u64, (u32, Key, Option<Key>, Vec<Arc<Branch>>)>,
+            batches: &mut BTreeMap<u64, edit::NewBatch>,
             leaves: &mut Vec<(u64, Key)>,
             l: &Limits,
         ) {
             for r in n.branches.iter().filter(|r| r.batch != 0) {
-                let e = batches
-                    .entry(r.batch)
-                    .or_insert_with(|| (n.height, n.lo.clone(), n.hi.clone(), Vec::new()));
-                if n.lo < e.1 {
-                    e.1 = n.lo.clone();
+                let e = batches.entry(r.batch).or_insert_with(|| edit::NewBatch {
+                    batch: r.batch,
+                    height: n.height,
+                    lo: n.lo.clone(),
+                    hi: n.hi.clone(),
+                    inputs: Vec::new(),
+                });
+                if n.lo < e.lo {
+                    e.lo = n.lo.clone();
                 }
-                if e.2.is_some() && (n.hi.is_none() || n.hi > e.2) {
-                    e.2 = n.hi.clone();
+                if e.hi.is_some() && (n.hi.is_none() || n.hi > e.hi) {
+                    e.hi = n.hi.clone();
                 }
-                if !e.3.iter().any(|b| b.id == r.branch.id) {
-                    e.3.push(r.branch.clone());
+                if !e.inputs.iter().any(|b| b.id == r.branch.id) {
+                    e.inputs.push(r.branch.clone());
                 }
             }
             if n.is_leaf() {
@@ -397,17 +401,11 @@ impl Shared {
         }
         let root = st.root.clone();
         walk(&root, &mut batches, &mut leaves, &self.limits);
-        let mut fx = Effects::default();
-        for (batch, (height, lo, hi, inputs)) in batches {
-            fx.batches.push(edit::NewBatch {
-                batch,
-                height,
-                lo,
-                hi,
-                inputs,
-            });
-        }
-        fx.full = leaves;
+        let fx = Effects {
+            batches: batches.into_values().collect(),
+            full: leaves,
+            ..Effects::default()
+        };
         self.apply_effects(&mut st, fx);
     }
 
@@ -721,12 +719,7 @@ impl Shared {
         &self,
         st: &mut State,
         kind: &TaskKind,
-    ) -> Option<(
-        Vec<(Arc<Branch>, Vec<(Key, Option<Key>)>)>,
-        Install,
-        bool,
-        Option<Vec<Arc<Branch>>>,
-    )> {
+    ) -> Option<(Vec<Source>, Install, bool, Option<Vec<Arc<Branch>>>)> {
         match kind {
             TaskKind::Batch {
                 batch,
@@ -736,7 +729,7 @@ impl Shared {
                 inputs,
             } => {
                 let holders = Editor::batch_holders(&st.root, *batch, *height, lo, hi.as_deref());
-                let mut ranges: Vec<(Key, Option<Key>)> = Vec::new();
+                let mut ranges: KeyRanges = Vec::new();
                 let mut held: HashSet<u64> = HashSet::new();
                 let mut older: HashMap<u64, Arc<Branch>> = HashMap::new();
                 for k in &holders {
@@ -762,7 +755,7 @@ impl Shared {
                     }
                 }
                 let ranges = coalesce(ranges);
-                let sources: Vec<(Arc<Branch>, Vec<(Key, Option<Key>)>)> = inputs
+                let sources: Vec<Source> = inputs
                     .iter()
                     .filter(|b| held.contains(&b.id))
                     .map(|b| (b.clone(), ranges.clone()))

@@ -143,9 +143,7 @@ impl Node {
         let mut n = 0;
         let mut last = 0;
         for r in &self.branches {
-            if r.batch == 0 {
-                n += 1;
-            } else if r.batch != last {
+            if r.batch == 0 || r.batch != last {
                 n += 1;
             }
             last = r.batch;

@@ -62,6 +62,12 @@ impl Iterator for Ranges {
     }
 }
 
+/// Key ranges `[lo, hi)` (`hi` `None`: unbounded), sorted.
+pub type KeyRanges = Vec<(Key, Option<Key>)>;
+
+/// A compaction input: a branch and the ranges of it to read.
+pub type Source = (Arc<Branch>, KeyRanges);
+
 /// The lower bound of a range starting at `lo` (empty: unbounded).
 pub fn bound_lo(lo: &[u8]) -> std::ops::Bound<Vec<u8>> {
     if lo.is_empty() {
@@ -72,7 +78,7 @@ pub fn bound_lo(lo: &[u8]) -> std::ops::Bound<Vec<u8>> {
 }
 
 /// Sorts ranges and joins those that touch or overlap.
-pub fn coalesce(mut ranges: Vec<(Key, Option<Key>)>) -> Vec<(Key, Option<Key>)> {
+pub fn coalesce(mut ranges: KeyRanges) -> KeyRanges {
     ranges.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out: Vec<(Key, Option<Key>)> = Vec::with_capacity(ranges.len());
     for (lo, hi) in ranges {
@@ -141,7 +147,7 @@ impl Probe {
             u
         };
         self.seen += 1;
-        if self.older.is_empty() || self.seen % PROBE_EVERY != 0 {
+        if self.older.is_empty() || !self.seen.is_multiple_of(PROBE_EVERY) {
             return;
         }
         self.probes += 1;
@@ -279,7 +285,7 @@ impl Build {
     #[allow(clippy::too_many_arguments)]
     pub fn compaction(
         store: Arc<PageFile>,
-        sources: &[(Arc<Branch>, Vec<(Key, Option<Key>)>)],
+        sources: &[Source],
         snapshots: Vec<u64>,
         bottom: bool,
         merge_op: Option<Arc<dyn MergeOperator>>,
@@ -288,7 +294,7 @@ impl Build {
     ) -> Result<Build> {
         let mut iters: Vec<Primed> = Vec::with_capacity(sources.len());
         for (b, ranges) in sources {
-            let ranges: Vec<(Key, Option<Key>)> = ranges
+            let ranges: KeyRanges = ranges
                 .iter()
                 .filter(|(lo, hi)| b.overlaps(lo, hi.as_deref()))
                 .cloned()
