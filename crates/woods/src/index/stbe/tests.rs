@@ -747,7 +747,7 @@ fn every_install_keeps_every_answer_and_settles_within_the_limits() {
             last = v;
         }
     }
-    assert!(changes > 10, "seed {seed}: only {changes} versions");
+    assert!(changes > 2, "seed {seed}: only {changes} versions");
     // Settled: no node holds more than 3F branches live for a child, nor more than F + H
     // children, nor more than the cap of references.
     let l = *h.index.limits();
