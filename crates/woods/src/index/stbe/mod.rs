@@ -1195,8 +1195,8 @@ impl Index for Stbe {
     }
 
     /// The queued memtables' units not yet built, plus compaction units beyond an allowance
-    /// of one node's worth (at most one memtable's), plus everything pending while the root
-    /// is full.
+    /// of one node's T1 worth (at most one memtable's), or, while the root is full, all pending
+    /// compaction units (at most two memtables' worth).
     fn debt(&self) -> u64 {
         self.debt_units()
     }
@@ -1264,8 +1264,11 @@ impl Shared {
                 .min(self.limits.memtable_units)
         };
 
+        // While the root is full the next memtable cannot go in: every compaction is due,
+        // but the debt says at most two memtables' worth at a time, so that a writer's paced
+        // credit stays a bounded number of steps.
         let blocking = if self.root_blocked.load(Ordering::Relaxed) {
-            pending.max(1)
+            pending.clamp(1, self.limits.memtable_units.saturating_mul(2))
         } else {
             excess
         };

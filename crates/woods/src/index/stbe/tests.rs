@@ -743,7 +743,11 @@ fn every_install_keeps_every_answer_and_settles_within_the_limits() {
         let v = h.index.version();
         if v.gen != last.gen {
             changes += 1;
-            assert!(contents(&v) == want, "seed {seed}: version {} reads differently", v.gen);
+            assert!(
+                contents(&v) == want,
+                "seed {seed}: version {} reads differently",
+                v.gen
+            );
             last = v;
         }
     }
