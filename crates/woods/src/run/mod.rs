@@ -237,6 +237,8 @@ pub const READAHEAD_PAGES: u64 = 64;
 pub(crate) struct Readahead {
     start: u64,
     pages: u64,
+    /// Most pages one request reads ([`READAHEAD_PAGES`] unless the iterator asked for less).
+    max_pages: u64,
     buf: AlignedBuf,
 }
 
@@ -245,6 +247,7 @@ impl Default for Readahead {
         Readahead {
             start: 0,
             pages: 0,
+            max_pages: READAHEAD_PAGES,
             buf: AlignedBuf::zeroed(0),
         }
     }
@@ -421,9 +424,10 @@ impl Run {
         if !ahead.holds(page) {
             let i = self.sorted.partition_point(|e| e.start <= page);
             let end = self.sorted[i - 1].end();
-            let n = (end - page).min(READAHEAD_PAGES);
-            if ahead.buf.len() < READAHEAD_PAGES as usize * PAGE_SIZE {
-                ahead.buf = AlignedBuf::zeroed(READAHEAD_PAGES as usize * PAGE_SIZE);
+            let max = ahead.max_pages.clamp(1, READAHEAD_PAGES);
+            let n = (end - page).min(max);
+            if ahead.buf.len() < max as usize * PAGE_SIZE {
+                ahead.buf = AlignedBuf::zeroed(max as usize * PAGE_SIZE);
             }
             ahead.pages = 0;
             self.store
@@ -604,6 +608,21 @@ impl Run {
         purpose: Purpose,
     ) -> RunIter {
         RunIter::new(self.clone(), lo, hi, reverse, purpose)
+    }
+
+    /// [`Run::iter`] whose read-ahead requests (scans that are not user reads) cover at most
+    /// `pages` pages (1..=[`READAHEAD_PAGES`]): a merge of many runs bounds its buffers so.
+    pub fn iter_with_readahead(
+        self: &Arc<Self>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+        purpose: Purpose,
+        pages: u64,
+    ) -> RunIter {
+        let mut it = RunIter::new(self.clone(), lo, hi, reverse, purpose);
+        it.set_readahead(pages);
+        it
     }
 
     /// The number of entries with key < `key`, from the subtree counts of one root-to-leaf

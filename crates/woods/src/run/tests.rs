@@ -317,6 +317,32 @@ fn scans_that_are_not_user_reads_read_ahead_and_bypass_the_cache() {
 }
 
 #[test]
+fn smaller_read_ahead_windows_read_the_same() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 6000);
+    let run = build(&pf, &m, opts());
+    let reads = |pf: &Arc<PageFile>| pf.counters().snapshot().read_ops[Purpose::Merge as usize];
+    let before = reads(&pf);
+    let all: Vec<Entry> = run
+        .iter_with_readahead(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge, 4)
+        .map(|e| e.unwrap())
+        .collect();
+    let small = reads(&pf) - before;
+    assert!(all == m, "scan with small windows differs");
+    let before = reads(&pf);
+    let n = run
+        .iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge)
+        .count();
+    assert_eq!(n, m.len());
+    let big = reads(&pf) - before;
+    assert!(
+        small > 2 * big,
+        "{small} requests with 4-page windows, {big} with 64"
+    );
+}
+
+#[test]
 fn from_builder_matches_open() {
     let mut rng = SmallRng::seed_from_u64(seed());
     let (_fs, pf) = store();
