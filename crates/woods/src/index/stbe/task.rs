@@ -35,6 +35,8 @@ impl Iterator for Counted {
 /// A branch read within key ranges, one after another in key order: one merge source.
 struct Ranges {
     run: Arc<Run>,
+    /// Pages per read-ahead request.
+    readahead: u64,
     ranges: std::vec::IntoIter<(Key, Option<Key>)>,
     current: Option<crate::run::RunIter>,
 }
@@ -50,13 +52,14 @@ impl Iterator for Ranges {
                 }
             }
             let (lo, hi) = self.ranges.next()?;
-            self.current = Some(self.run.iter(
+            self.current = Some(self.run.iter_with_readahead(
                 bound_lo(&lo),
                 hi.map_or(std::ops::Bound::Unbounded, |h| {
                     std::ops::Bound::Excluded(h.to_vec())
                 }),
                 false,
                 Purpose::Merge,
+                self.readahead,
             ));
         }
     }
@@ -212,6 +215,9 @@ impl Iterator for Primed {
     }
 }
 
+/// Read-ahead pages of all the sources of one merge together (2 MiB).
+const MERGE_READAHEAD_PAGES: u64 = 512;
+
 /// Budget units one source's first read costs: a read-ahead window of a run.
 const PRIME_UNITS: u64 = crate::run::READAHEAD_PAGES * crate::storage::PAGE_SIZE as u64;
 
@@ -292,6 +298,10 @@ impl Build {
         opts: BuildOptions,
         probe: Option<Probe>,
     ) -> Result<Build> {
+        // The read-ahead windows of one merge come to at most MERGE_READAHEAD_PAGES in all
+        // (at least 8 pages a source), however many branches it merges.
+        let readahead = (MERGE_READAHEAD_PAGES / sources.len().max(1) as u64)
+            .clamp(8, crate::run::READAHEAD_PAGES);
         let mut iters: Vec<Primed> = Vec::with_capacity(sources.len());
         for (b, ranges) in sources {
             let ranges: KeyRanges = ranges
@@ -306,6 +316,7 @@ impl Build {
                 first: None,
                 inner: Box::new(Ranges {
                     run: b.run()?.clone(),
+                    readahead,
                     ranges: ranges.into_iter(),
                     current: None,
                 }),
