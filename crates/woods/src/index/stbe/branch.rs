@@ -231,6 +231,15 @@ impl Branch {
                 && hi.is_none_or(|h| self.meta.max_key.as_slice() < h))
     }
 
+    /// Estimated units in `[lo, hi)` without any I/O: from the sample when it is loaded,
+    /// else the whole branch's (an over-estimate; for bookkeeping only).
+    pub fn units_between(&self, lo: &[u8], hi: Option<&[u8]>) -> u64 {
+        match self.sample.get() {
+            Some(s) => s.between(lo, hi),
+            None => self.units(),
+        }
+    }
+
     /// The size sample: from the build, or read once from the run's top index levels; if that
     /// fails, a two-point sample from the metadata (estimates only steer the policy).
     pub fn sample(&self) -> &Sample {

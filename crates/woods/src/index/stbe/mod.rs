@@ -43,7 +43,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use self::branch::{Branch, Key};
 use self::edit::{Claims, Editor, Effects, Ids};
 use self::node::{Child, Node};
-use self::policy::{choose_leaf, LeafChoice, LeafSummary, Limits};
+use self::policy::Limits;
 use self::task::{coalesce, Build, BuildOptions, KeyRanges, Probe, Source};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::Entry;
@@ -384,16 +384,11 @@ impl Shared {
                     e.inputs.push(r.branch.clone());
                 }
             }
-            if n.is_leaf() {
-                let s = LeafSummary {
-                    slots: n.leaf_slots(),
-                    units: n.settled_units(),
-                    dead: n.dead,
-                    claimed: false,
-                };
-                if choose_leaf(&s, l) == LeafChoice::Compact {
-                    leaves.push((n.id, n.lo.clone()));
-                }
+            // Leaves over a limit that only reading their branches would tell (size, dead
+            // share) are handled when a flush or an install next reaches them; their slots
+            // are known without I/O.
+            if n.is_leaf() && n.leaf_slots() > l.leaf_branches {
+                leaves.push((n.id, n.lo.clone()));
             }
             for c in &n.children {
                 walk(&c.node, batches, leaves, l);
@@ -466,7 +461,7 @@ impl Shared {
             let units = b
                 .inputs
                 .iter()
-                .map(|x| x.sample().between(&b.lo, b.hi.as_deref()))
+                .map(|x| x.units_between(&b.lo, b.hi.as_deref()))
                 .sum();
             add(
                 st,
@@ -482,7 +477,7 @@ impl Shared {
         }
         for (leaf, lo) in fx.full {
             if st.full_scheduled.insert(leaf) {
-                let units = Editor::node_at(&st.root, 0, &lo).map_or(0, |n| n.leaf_units());
+                let units = Editor::node_at(&st.root, 0, &lo).map_or(0, Node::units_estimate);
                 add(st, TaskKind::Full { leaf, lo }, units);
             }
         }
@@ -491,7 +486,7 @@ impl Shared {
                 p.children
                     .iter()
                     .filter(|c| c.node.id == left || c.node.id == right)
-                    .map(|c| c.node.leaf_units())
+                    .map(|c| c.node.units_estimate())
                     .sum()
             });
             add(st, TaskKind::Merge { left, right, lo }, units);

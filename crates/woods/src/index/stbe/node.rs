@@ -127,6 +127,14 @@ impl Node {
             .sum()
     }
 
+    /// [`Node::leaf_units`] without I/O (see [`Branch::units_between`]): for bookkeeping.
+    pub fn units_estimate(&self) -> u64 {
+        self.branches
+            .iter()
+            .map(|r| r.branch.units_between(&self.lo, self.hi()))
+            .sum()
+    }
+
     /// Estimated units of a leaf's settled branches (compaction outputs) within its range:
     /// what its split and merge decisions use, since a pending batch's share of data that
     /// overwrites older versions is only known once it is compacted.
