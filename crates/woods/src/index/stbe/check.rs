@@ -130,9 +130,10 @@ impl Walk<'_> {
     }
 }
 
-/// Verifies the trunk's invariants and every branch (checksums, order, filter); returns the
-/// entries (all versions) of the distinct branches.
-pub fn check(v: &Version, limits: &Limits) -> Result<u64> {
+/// Verifies the trunk's own invariants (ranges and pivots, heights, fanout, branch counts,
+/// start indexes, batches, every reference inside its node's range); returns each branch with
+/// its number of references.
+pub fn check_trunk(v: &Version, limits: &Limits) -> Result<HashMap<u64, (Arc<Branch>, u64)>> {
     let mut w = Walk {
         limits,
         refs: HashMap::new(),
@@ -141,6 +142,14 @@ pub fn check(v: &Version, limits: &Limits) -> Result<u64> {
         return Err(bad("the root is a leaf or does not cover every key".into()));
     }
     w.node(&v.root, b"", None, true)?;
+    Ok(w.refs)
+}
+
+/// Verifies the trunk's invariants and every branch (checksums, order, filter); returns the
+/// entries (all versions) of the distinct branches.
+pub fn check(v: &Version, limits: &Limits) -> Result<u64> {
+    let refs = check_trunk(v, limits)?;
+    let w = Walk { limits, refs };
     let mut total = 0u64;
     let mut extents: Vec<(Extent, u64)> = Vec::new();
     let mut ids: Vec<&u64> = w.refs.keys().collect();

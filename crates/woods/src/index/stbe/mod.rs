@@ -28,7 +28,7 @@ pub mod policy;
 pub mod read;
 pub mod task;
 
-mod check;
+pub mod check;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -233,6 +233,7 @@ impl Harness {
     /// Every trunk invariant the checker verifies, without reading the branches.
     fn check_structure(&self) {
         let v = self.index.version();
+        check::check_trunk(&v, &self.index.limits).expect("trunk invariants");
         let mut refs: HashMap<u64, u64> = HashMap::new();
         fn walk(n: &Node, refs: &mut HashMap<u64, u64>, l: &Limits) {
             assert!(
