@@ -43,7 +43,7 @@ impl Sink {
         if n > chunk_pages {
             // Larger than a chunk: an extent of its own, allocated exactly.
             let extent = self.store.alloc().alloc(n);
-            self.done.push(extent);
+            self.push_done(extent);
             let mut buf = AlignedBuf::zeroed(n as usize * PAGE_SIZE);
             for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
                 fill(i, page);
@@ -103,7 +103,7 @@ impl Sink {
         if used.pages == 0 {
             return Ok(());
         }
-        self.done.push(used);
+        self.push_done(used);
         let mut buf = c.buf;
         let r = self.store.write(
             used.start,
@@ -112,6 +112,15 @@ impl Sink {
         );
         self.spare = Some(buf);
         r
+    }
+
+    /// Records an extent holding written pages, joined to the previous one when they are
+    /// adjacent (chunks usually are), so that a run's metadata lists few extents.
+    fn push_done(&mut self, e: Extent) {
+        match self.done.last_mut() {
+            Some(last) if last.end() == e.start => last.pages += e.pages,
+            _ => self.done.push(e),
+        }
     }
 
     /// Gives back everything allocated.

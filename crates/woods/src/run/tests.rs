@@ -298,8 +298,10 @@ fn scans_that_are_not_user_reads_read_ahead_and_bypass_the_cache() {
     assert!(all == m, "merge scan differs from the model");
     let ops = reads(Purpose::Merge) - before;
     // One request per extent's worth of data pages (plus the root and index pages, and the
-    // blob pages of a window's first data page, which lie before it), not one per page.
-    let bound = 2 * data_pages.div_ceil(READAHEAD_PAGES) + run.meta().extents.len() as u64 + 16;
+    // blob pages of a window's first data page, which lie before it, and one more per build
+    // chunk boundary), not one per page.
+    let chunks = run.meta().pages().div_ceil(opts().extent_pages);
+    let bound = 2 * data_pages.div_ceil(READAHEAD_PAGES) + chunks + 16;
     assert!(
         ops <= bound,
         "{ops} read requests for {data_pages} data pages (bound {bound})"
@@ -340,6 +342,45 @@ fn smaller_read_ahead_windows_read_the_same() {
         small > 2 * big,
         "{small} requests with 4-page windows, {big} with 64"
     );
+}
+
+#[test]
+fn adjacent_chunks_are_listed_as_one_extent() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 5000);
+    // A fresh store hands out chunks one after another: the run lists far fewer extents than
+    // it wrote chunks (large values get extents of their own, which interrupt the sequence).
+    let run = build(
+        &pf,
+        &m,
+        RunOptions {
+            extent_pages: 4,
+            ..opts()
+        },
+    );
+    let chunks = run.meta().pages() / 4;
+    assert!(chunks > 40, "{chunks} chunks");
+    assert!(
+        (run.meta().extents.len() as u64) * 8 < chunks,
+        "{:?}",
+        run.meta().extents
+    );
+    // With a hole in the way, the extents split around it and still read the same.
+    let hole = pf.alloc().alloc(3);
+    let other = build(&pf, &m[..10], opts());
+    pf.alloc().release(hole);
+    let run = build(
+        &pf,
+        &m,
+        RunOptions {
+            extent_pages: 4,
+            ..opts()
+        },
+    );
+    assert!(run.meta().extents.len() >= 2, "{:?}", run.meta().extents);
+    verify(&run, &m, &mut rng, 3);
+    drop(other);
 }
 
 #[test]
