@@ -61,6 +61,12 @@ const MAX_OPEN_JOBS: usize = 3;
 /// The least work one `work` call does when there is any (16 KiB, the Db's smallest step).
 const MIN_STEP_UNITS: u64 = 16 << 10;
 
+/// When a memtable is absorbed, the compaction backlog beyond the allowance becomes debt, up
+/// to this many memtables' worth, to be worked off (by any thread) while the next memtable
+/// fills: fixed at the start of the fill, it is paid in proportion to the room writers use,
+/// never all at once when the memtable is full.
+const OBLIGATION_MEMTABLES: u64 = 2;
+
 /// One published shape of the trunk.
 pub struct Version {
     pub root: Arc<Node>,
@@ -214,6 +220,8 @@ pub struct Shared {
     pending_units: AtomicU64,
     /// The root is full: the next incorporation waits for compactions.
     root_blocked: AtomicBool,
+    /// Compaction units owed before the next memtable may be absorbed (set at each absorb).
+    obligation: AtomicU64,
     /// Memtables in the trunk whose commit is not yet durable, oldest first.
     awaiting: Mutex<VecDeque<Arc<Memtable>>>,
     commit_req: Mutex<CommitRequest>,
@@ -326,6 +334,7 @@ impl Stbe {
             queue_units: AtomicU64::new(0),
             pending_units: AtomicU64::new(0),
             root_blocked: AtomicBool::new(false),
+            obligation: AtomicU64::new(0),
             awaiting: Mutex::new(VecDeque::new()),
             commit_req: Mutex::new(CommitRequest::default()),
             commit_cv: Condvar::new(),
@@ -407,12 +416,17 @@ impl Shared {
     /// How a branch of about `units` is written: in chunks of a quarter of its size, at
     /// least 8 pages and at most `extent_pages`, so that small branches do not leave holes
     /// that full-size chunks cannot reuse.
+    ///
+    /// A merge's read-ahead windows share a budget of half a memtable (2 MiB at most, 64 KiB at
+    /// least): compaction buffers scale with the memory the Db is given.
     fn build_options(&self, purpose: Purpose, units: u64) -> BuildOptions {
-        let pages = units / crate::storage::PAGE_SIZE as u64 / 4;
+        let page = crate::storage::PAGE_SIZE as u64;
+        let pages = units / page / 4;
         BuildOptions {
             remainder_bits: self.params.filter_remainder_bits,
             extent_pages: pages.clamp(8, u64::from(self.params.extent_pages).max(8)),
             purpose,
+            readahead_pages: (self.limits.memtable_units / page / 2).clamp(16, 512),
         }
     }
 
@@ -644,11 +658,11 @@ impl Shared {
     }
 
     fn sub_pending(&self, n: u64) {
-        let _ = self
-            .pending_units
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        for a in [&self.pending_units, &self.obligation] {
+            let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(n))
             });
+        }
     }
 
     fn sub_queue_units(&self, n: u64) {
@@ -1183,15 +1197,28 @@ impl Index for Stbe {
         if mem.is_empty() {
             return Ok(());
         }
+        let behind = self
+            .pending_units
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.allowance());
+        self.obligation.store(
+            behind.min(
+                self.limits
+                    .memtable_units
+                    .saturating_mul(OBLIGATION_MEMTABLES),
+            ),
+            Ordering::Relaxed,
+        );
         self.queue_units
             .fetch_add(mem.bytes().max(1), Ordering::Relaxed);
         self.queue.lock().push_back(mem);
         Ok(())
     }
 
-    /// The queued memtables' units not yet built, plus compaction units beyond an allowance
-    /// of one node's T1 worth (at most one memtable's), or, while the root is full, all pending
-    /// compaction units (at most two memtables' worth).
+    /// The queued memtables' units not yet built, plus the compaction obligation set when the
+    /// last memtable was absorbed (the backlog beyond an allowance of one node's T1 worth, at
+    /// most two memtables' worth, less what any thread compacted since), or, while the root is
+    /// full, all pending compaction units (at most two memtables' worth).
     fn debt(&self) -> u64 {
         self.debt_units()
     }
@@ -1251,13 +1278,7 @@ impl Shared {
         let waiting = !self.queue.lock().is_empty();
         let queued = if queued == 0 && waiting { 1 } else { queued };
         let pending = self.pending_units.load(Ordering::Relaxed);
-        let excess = if std::env::var("STBE_NOEXCESS").is_ok() {
-            0
-        } else {
-            pending
-                .saturating_sub(self.allowance())
-                .min(self.limits.memtable_units)
-        };
+        let excess = self.obligation.load(Ordering::Relaxed).min(pending);
 
         // While the root is full the next memtable cannot go in: every compaction is due,
         // but the debt says at most two memtables' worth at a time, so that a writer's paced

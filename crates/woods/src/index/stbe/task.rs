@@ -189,6 +189,8 @@ pub struct BuildOptions {
     pub remainder_bits: u32,
     pub extent_pages: u64,
     pub purpose: Purpose,
+    /// Read-ahead pages of all the sources of a merge together.
+    pub readahead_pages: u64,
 }
 
 /// A merge source whose first entry has been read (its first read-ahead window loaded).
@@ -214,9 +216,6 @@ impl Iterator for Primed {
         }
     }
 }
-
-/// Read-ahead pages of all the sources of one merge together (2 MiB).
-const MERGE_READAHEAD_PAGES: u64 = 512;
 
 /// Budget units one source's first read costs: a read-ahead window of a run.
 const PRIME_UNITS: u64 = crate::run::READAHEAD_PAGES * crate::storage::PAGE_SIZE as u64;
@@ -298,9 +297,9 @@ impl Build {
         opts: BuildOptions,
         probe: Option<Probe>,
     ) -> Result<Build> {
-        // The read-ahead windows of one merge come to at most MERGE_READAHEAD_PAGES in all
-        // (at least 8 pages a source), however many branches it merges.
-        let readahead = (MERGE_READAHEAD_PAGES / sources.len().max(1) as u64)
+        // The read-ahead windows of one merge come to at most `readahead_pages` in all (at
+        // least 8 pages a source), however many branches it merges.
+        let readahead = (opts.readahead_pages / sources.len().max(1) as u64)
             .clamp(8, crate::run::READAHEAD_PAGES);
         let mut iters: Vec<Primed> = Vec::with_capacity(sources.len());
         for (b, ranges) in sources {
