@@ -33,7 +33,7 @@ Exit status: 0 on success; 1 when `get` finds no value or `verify` finds a bad r
     about = "Command-line tool of the woods embedded key-value storage engine",
     long_about = "Command-line tool of the woods embedded key-value storage engine.\n\n\
         Every command works on a database directory DB. `put` and `load` create the database when \
-        DB holds none; every other command needs an existing one. The index kind (btree, lsm or nbtree) \
+        DB holds none; every other command needs an existing one. The index kind (btree, lsm, nbtree or stbe) \
         is fixed when a database is created and read from the database afterwards.",
     after_help = ENCODING_HELP
 )]
@@ -58,7 +58,7 @@ enum Cmd {
         key: String,
         /// Value (text, or hex after `0x`).
         value: String,
-        /// Index kind when creating the database: btree, lsm or nbtree [default: the library's default,
+        /// Index kind when creating the database: btree, lsm, nbtree or stbe [default: the library's default,
         /// lsm]. For an existing database it must match the stored kind if given.
         #[arg(long, value_name = "KIND")]
         index: Option<String>,
@@ -136,7 +136,7 @@ enum Cmd {
     /// Benchmark woods' index kinds (and peer engines) under the same workloads; without
     /// arguments, a one-minute smoke run.
     #[command(long_about = woods_bench::cli::BENCH_HELP)]
-    Bench(woods_bench::cli::BenchArgs),
+    Bench(Box<woods_bench::cli::BenchArgs>),
 }
 
 #[derive(Args)]
@@ -174,7 +174,7 @@ pub struct GenArgs {
 pub struct LoadArgs {
     #[command(flatten)]
     pub gen: GenArgs,
-    /// Index kind: btree, lsm or nbtree (must match the stored kind for an existing database).
+    /// Index kind: btree, lsm, nbtree or stbe (must match the stored kind for an existing database).
     #[arg(long, value_name = "KIND")]
     pub index: String,
     /// Write every record with Durability::Sync and acknowledge every record.

@@ -34,5 +34,6 @@ pub use batch::WriteBatch;
 pub use db::{Db, DbIter, Snapshot, Stats};
 pub use entry::{Entry, Kind, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
-pub use options::NbTreeParams;
-pub use options::{BTreeParams, Durability, IndexKind, LsmParams, MergeOperator, Options};
+pub use options::{
+    BTreeParams, Durability, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams,
+};

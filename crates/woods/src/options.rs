@@ -103,6 +103,149 @@ impl Default for NbTreeParams {
     }
 }
 
+/// Parameters of the size-tiered Bε-tree of SplinterDB (`stbe`).
+///
+/// Sizes in bytes are in the memtable's accounting unit: key + value + 64 bytes per entry, so
+/// that one full memtable (the spec's `m`) is `memtable_bytes`. A field left at 0 takes the
+/// default derived from the fanout and the Db's `memtable_bytes`, as the spec states it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StbeParams {
+    /// Target fanout `F` of trunk nodes: a node with more children is split when a flush
+    /// reaches it (SplinterDB's evaluation: 8).
+    pub fanout: u32,
+    /// Spare child slots `H` above `F`: a node never holds more than `F + H` children
+    /// (dissertation: about 10).
+    pub fanout_slack: u32,
+    /// Hard cap on branch references per trunk node (dissertation: 84).
+    pub max_branches: u32,
+    /// Trigger T2: a node flushes a child once more than this many of its branches are live
+    /// for it. 0: `3F`.
+    pub flush_branches: u32,
+    /// Trigger T1: a node flushes its fullest child while its live data exceeds this. 0: `F·m`.
+    pub node_bytes: u64,
+    /// Leaf size target: a leaf is split, when a flush reaches it, into pieces of at most this
+    /// estimated size. 0: `F·m/2`.
+    pub leaf_bytes: u64,
+    /// A leaf holding more than this many branches (pending batches counting one each) is
+    /// compacted whole. 0: `3F`.
+    pub leaf_branches: u32,
+    /// Space reclamation: a leaf whose estimated dead (overwritten or deleted) data exceeds
+    /// this percentage of its size is compacted whole.
+    pub dead_percent: u32,
+    /// Quotient filter remainder bits: false-positive rate about 0.9 · 2⁻ʳ (8: SplinterDB's
+    /// 1/256).
+    pub filter_remainder_bits: u32,
+    /// Pages per allocation chunk while writing a branch (dissertation: 32 pages; 64 = 256 KiB
+    /// matches the substrate's read-ahead window).
+    pub extent_pages: u32,
+}
+
+impl Default for StbeParams {
+    fn default() -> Self {
+        StbeParams {
+            fanout: 8,
+            fanout_slack: 10,
+            max_branches: 84,
+            flush_branches: 0,
+            node_bytes: 0,
+            leaf_bytes: 0,
+            leaf_branches: 0,
+            dead_percent: 50,
+            filter_remainder_bits: 8,
+            extent_pages: 64,
+        }
+    }
+}
+
+impl StbeParams {
+    /// T2's branch count (`flush_branches`, or `3F`).
+    pub fn flush_branches(&self) -> u32 {
+        if self.flush_branches == 0 {
+            3 * self.fanout
+        } else {
+            self.flush_branches
+        }
+    }
+
+    /// T1's live-data limit for memtables of `memtable_bytes` (`node_bytes`, or `F·m`).
+    pub fn node_bytes(&self, memtable_bytes: u64) -> u64 {
+        if self.node_bytes == 0 {
+            u64::from(self.fanout).saturating_mul(memtable_bytes)
+        } else {
+            self.node_bytes
+        }
+    }
+
+    /// The leaf size target (`leaf_bytes`, or `F·m/2`).
+    pub fn leaf_bytes(&self, memtable_bytes: u64) -> u64 {
+        if self.leaf_bytes == 0 {
+            (u64::from(self.fanout).saturating_mul(memtable_bytes) / 2).max(1)
+        } else {
+            self.leaf_bytes
+        }
+    }
+
+    /// The whole-leaf compaction trigger (`leaf_branches`, or `3F`).
+    pub fn leaf_branches(&self) -> u32 {
+        if self.leaf_branches == 0 {
+            3 * self.fanout
+        } else {
+            self.leaf_branches
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidOption(format!("stbe {m}")));
+        if !(2..=64).contains(&self.fanout) {
+            return bad(format!("fanout {} not in 2..=64", self.fanout));
+        }
+        if self.fanout_slack > 64 {
+            return bad(format!("fanout_slack {} above 64", self.fanout_slack));
+        }
+        let t2 = self.flush_branches();
+        if t2 == 0 || t2 > 1024 {
+            return bad(format!("flush_branches {t2} not in 1..=1024"));
+        }
+        // A flush brings up to about T2 + 1 references; a node must hold two such batches
+        // besides what it keeps.
+        if self.max_branches < 2 * t2 + 4 || self.max_branches > 4096 {
+            return bad(format!(
+                "max_branches {} not in 2 * flush_branches + 4 ({})..=4096",
+                self.max_branches,
+                2 * t2 + 4
+            ));
+        }
+        let lb = self.leaf_branches();
+        if lb < 2 || lb + 2 * t2 + 2 > self.max_branches {
+            return bad(format!(
+                "leaf_branches {lb} must be at least 2 and leave room for two batches under max_branches"
+            ));
+        }
+        if !(1..=100).contains(&self.dead_percent) {
+            return bad(format!("dead_percent {} not in 1..=100", self.dead_percent));
+        }
+        if !(1..=16).contains(&self.filter_remainder_bits) {
+            return bad(format!(
+                "filter_remainder_bits {} not in 1..=16",
+                self.filter_remainder_bits
+            ));
+        }
+        if !(1..=1024).contains(&self.extent_pages) {
+            return bad(format!(
+                "extent_pages {} not in 1..=1024",
+                self.extent_pages
+            ));
+        }
+        if self.node_bytes != 0 && self.node_bytes < 16 << 10 {
+            return bad("node_bytes below 16 KiB".into());
+        }
+        if self.leaf_bytes != 0 && self.leaf_bytes < 16 << 10 {
+            return bad("leaf_bytes below 16 KiB".into());
+        }
+        Ok(())
+    }
+}
+
 /// Which index structure organises the data file, with its parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IndexKind {
@@ -112,6 +255,8 @@ pub enum IndexKind {
     Lsm(LsmParams),
     /// Nested B-tree (Zeighami and Wong, PVLDB 2020): de-amortized inserts, bloom filters.
     NbTree(NbTreeParams),
+    /// SplinterDB's size-tiered Bε-tree: pointer-only flushes, quotient filters.
+    Stbe(StbeParams),
 }
 
 impl IndexKind {
@@ -121,6 +266,7 @@ impl IndexKind {
             IndexKind::BTree(_) => "btree",
             IndexKind::Lsm(_) => "lsm",
             IndexKind::NbTree(_) => "nbtree",
+            IndexKind::Stbe(_) => "stbe",
         }
     }
 
@@ -130,8 +276,9 @@ impl IndexKind {
             "btree" => Ok(IndexKind::BTree(BTreeParams::default())),
             "lsm" => Ok(IndexKind::Lsm(LsmParams::default())),
             "nbtree" => Ok(IndexKind::NbTree(NbTreeParams::default())),
+            "stbe" => Ok(IndexKind::Stbe(StbeParams::default())),
             other => Err(Error::InvalidOption(format!(
-                "unknown index kind {other:?} (known: btree, lsm, nbtree)"
+                "unknown index kind {other:?} (known: btree, lsm, nbtree, stbe)"
             ))),
         }
     }
@@ -142,6 +289,7 @@ impl IndexKind {
             IndexKind::BTree(BTreeParams::default()),
             IndexKind::Lsm(LsmParams::default()),
             IndexKind::NbTree(NbTreeParams::default()),
+            IndexKind::Stbe(StbeParams::default()),
         ]
     }
 
@@ -196,6 +344,7 @@ impl IndexKind {
                     ));
                 }
             }
+            IndexKind::Stbe(p) => p.validate()?,
         }
         Ok(())
     }
@@ -221,6 +370,22 @@ impl IndexKind {
                 codec::put_u32(out, p.fanout);
                 codec::put_u32(out, p.bloom_bits_per_key);
             }
+            IndexKind::Stbe(p) => {
+                out.push(8);
+                for v in [p.fanout, p.fanout_slack, p.max_branches, p.flush_branches] {
+                    codec::put_u32(out, v);
+                }
+                codec::put_u64(out, p.node_bytes);
+                codec::put_u64(out, p.leaf_bytes);
+                for v in [
+                    p.leaf_branches,
+                    p.dead_percent,
+                    p.filter_remainder_bits,
+                    p.extent_pages,
+                ] {
+                    codec::put_u32(out, v);
+                }
+            }
         }
     }
 
@@ -241,6 +406,18 @@ impl IndexKind {
             3 => Ok(IndexKind::NbTree(NbTreeParams {
                 fanout: r.u32()?,
                 bloom_bits_per_key: r.u32()?,
+            })),
+            8 => Ok(IndexKind::Stbe(StbeParams {
+                fanout: r.u32()?,
+                fanout_slack: r.u32()?,
+                max_branches: r.u32()?,
+                flush_branches: r.u32()?,
+                node_bytes: r.u64()?,
+                leaf_bytes: r.u64()?,
+                leaf_branches: r.u32()?,
+                dead_percent: r.u32()?,
+                filter_remainder_bits: r.u32()?,
+                extent_pages: r.u32()?,
             })),
             k => Err(Error::corruption(
                 "options",

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options};
+use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams};
 
 /// Appends operands to the value: the suite's merge operator.
 pub struct Append;
@@ -34,6 +34,12 @@ pub fn kinds() -> Vec<IndexKind> {
         }),
         // σ is the suite's 64 KiB memtable; f = 3 (the paper's) reaches height 3 and more.
         IndexKind::NbTree(NbTreeParams::default()),
+        IndexKind::Stbe(StbeParams {
+            fanout: 4,
+            dead_percent: 25,
+            node_bytes: 128 << 10,
+            ..StbeParams::default()
+        }),
     ]
 }
 

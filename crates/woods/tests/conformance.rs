@@ -305,6 +305,15 @@ fn model_test(kind: IndexKind) {
             "node_splits",
             "root_splits",
         ],
+        "stbe" => &[
+            "incorporations",
+            "flushes",
+            "compactions",
+            "full_compactions",
+            "splits",
+            "root_splits",
+            "merges",
+        ],
         _ => &[],
     };
     for r in required {
@@ -1006,7 +1015,7 @@ macro_rules! suite {
     )*};
 }
 
-suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree");
+suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe");
 
 /// The child side of the process-crash test: writes records in order and reports each
 /// acknowledgement (and whether background work was in flight) on stdout until killed.
@@ -1155,6 +1164,11 @@ fn crash_nbtree() {
     crash_test(kind("nbtree"))
 }
 
+#[test]
+fn crash_stbe() {
+    crash_test(kind("stbe"))
+}
+
 /// The child side of the memory test: loads data many times its budgets, reads it back and
 /// prints its peak resident memory.
 #[test]
@@ -1241,4 +1255,9 @@ fn memory_lsm() {
 #[test]
 fn memory_nbtree() {
     memory_test(kind("nbtree"))
+}
+
+#[test]
+fn memory_stbe() {
+    memory_test(kind("stbe"))
 }

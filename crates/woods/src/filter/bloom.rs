@@ -121,6 +121,13 @@ impl BloomBuilder {
 
     /// The serialized filter (format in the module documentation).
     pub fn finish(self) -> Vec<u8> {
+        let mut f = self.start_finish();
+        while !f.step(usize::MAX) {}
+        f.into_bytes()
+    }
+
+    /// Starts setting the filter's bits in bounded steps ([`BloomFinish::step`]).
+    pub fn start_finish(self) -> BloomFinish {
         let k = Self::probes(self.bits_per_key);
         let bits = (self.hashes.len() as u64)
             .saturating_mul(u64::from(self.bits_per_key))
@@ -131,17 +138,48 @@ impl BloomBuilder {
         out.push(k);
         out.extend_from_slice(&bits.to_le_bytes());
         out.resize(HEADER + nbytes, 0);
-        let array = &mut out[HEADER..];
-        for &h in &self.hashes {
+        BloomFinish {
+            k,
+            bits,
+            out,
+            hashes: self.hashes,
+            pos: 0,
+        }
+    }
+}
+
+/// A bloom filter whose bits are being set, a bounded number of keys per step.
+#[derive(Debug)]
+pub struct BloomFinish {
+    k: u8,
+    bits: u64,
+    out: Vec<u8>,
+    hashes: Vec<u64>,
+    pos: usize,
+}
+
+impl BloomFinish {
+    /// Sets the bits of about `budget / k` more keys; true when every key is in.
+    pub fn step(&mut self, budget: usize) -> bool {
+        let n = (budget / usize::from(self.k).max(1)).max(1);
+        let end = self.pos.saturating_add(n).min(self.hashes.len());
+        let array = &mut self.out[HEADER..];
+        for &h in &self.hashes[self.pos..end] {
             let d = delta(h);
             let mut pos = h;
-            for _ in 0..k {
-                let bit = pos % bits;
+            for _ in 0..self.k {
+                let bit = pos % self.bits;
                 array[(bit / 8) as usize] |= 1 << (bit % 8);
                 pos = pos.wrapping_add(d);
             }
         }
-        out
+        self.pos = end;
+        end == self.hashes.len()
+    }
+
+    /// The serialized filter (call once [`BloomFinish::step`] returned true).
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.out
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod btree;
 pub mod lsm;
 pub mod nbtree;
+pub mod stbe;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -186,5 +187,6 @@ pub fn open_index(
         IndexKind::BTree(p) => Arc::new(btree::BTree::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Lsm(p) => Arc::new(lsm::Lsm::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::NbTree(p) => Arc::new(nbtree::NbTree::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::Stbe(p) => Arc::new(stbe::Stbe::open(ctx, p.clone(), meta, durable_seq)?),
     })
 }

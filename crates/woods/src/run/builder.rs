@@ -13,7 +13,7 @@ use super::format::{
 use super::{RunMeta, RunOptions};
 use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};
 use crate::error::{Error, Result};
-use crate::filter::BloomBuilder;
+use crate::filter::{FilterBuilder, FilterFinish, FilterSpec};
 use crate::storage::{AlignedBuf, Extent, PageFile, PAGE_BODY, PAGE_SIZE};
 
 /// The chunk being filled.
@@ -149,7 +149,7 @@ pub struct RunBuilder {
     page_bytes: u64,
     /// Index entries for the level above the data pages.
     level1: Vec<IndexItem>,
-    bloom: Option<BloomBuilder>,
+    filter: Option<FilterBuilder>,
     last: Option<(Vec<u8>, u64)>,
     min_key: Vec<u8>,
     min_seq: u64,
@@ -159,15 +159,57 @@ pub struct RunBuilder {
     data_pages: u64,
     blob_pages: u64,
     item: Vec<u8>,
+    /// Where a finish in steps stands (`None`: not started).
+    fin: Option<Finish>,
     finished: bool,
+}
+
+/// One index level being written: items of the level below, packed into pages.
+struct IndexLevel {
+    items: Vec<IndexItem>,
+    pos: usize,
+    level: u8,
+    page: SlottedPage,
+    first: Option<(Vec<u8>, u64)>,
+    entries: u64,
+    bytes: u64,
+    up: Vec<IndexItem>,
+    buf: Vec<u8>,
+}
+
+/// The phases of a finish in steps: index levels bottom-up, the filter, then the filter pages
+/// and the header (written in the step that completes the filter).
+enum Finish {
+    Index {
+        level: IndexLevel,
+        height: u32,
+    },
+    Filter {
+        tree_root: u64,
+        height: u32,
+        filter: Option<FilterFinish>,
+    },
+    Done {
+        meta: RunMeta,
+        tree_root: u64,
+        filter: Option<Vec<u8>>,
+    },
 }
 
 impl RunBuilder {
     /// A builder writing into `store`. It owns its handle of the store, so a builder can be
     /// kept between bounded steps of work (an index's resumable merge) and finished later.
     pub fn new(store: Arc<PageFile>, opts: RunOptions) -> Self {
-        let bloom =
-            (opts.bloom_bits_per_key > 0).then(|| BloomBuilder::new(opts.bloom_bits_per_key));
+        let spec = FilterSpec::Bloom {
+            bits_per_key: opts.bloom_bits_per_key,
+        };
+        RunBuilder::with_filter(store, opts, spec)
+    }
+
+    /// A builder whose run carries the filter `spec` instead of the bloom filter
+    /// `opts.bloom_bits_per_key` asks for (the `stbe` index builds quotient filters).
+    pub fn with_filter(store: Arc<PageFile>, opts: RunOptions, spec: FilterSpec) -> Self {
+        let filter = FilterBuilder::for_spec(spec);
         RunBuilder {
             sink: Sink {
                 store,
@@ -180,7 +222,7 @@ impl RunBuilder {
             page_first: None,
             page_bytes: 0,
             level1: Vec::new(),
-            bloom,
+            filter,
             last: None,
             min_key: Vec::new(),
             min_seq: u64::MAX,
@@ -190,6 +232,7 @@ impl RunBuilder {
             data_pages: 0,
             blob_pages: 0,
             item: Vec::new(),
+            fin: None,
             finished: false,
         }
     }
@@ -249,8 +292,8 @@ impl RunBuilder {
         self.min_seq = self.min_seq.min(e.seq);
         self.max_seq = self.max_seq.max(e.seq);
         if new_key {
-            if let Some(b) = &mut self.bloom {
-                b.add_key(&e.key);
+            if let Some(f) = &mut self.filter {
+                f.add_key(&e.key);
             }
         }
         if self.last.is_none() {
@@ -335,24 +378,121 @@ impl RunBuilder {
         r.map(|(meta, (root, filter))| (self.sink.store.clone(), meta, root, filter))
     }
 
-    #[allow(clippy::type_complexity)]
-    fn finish_inner(&mut self) -> Result<(RunMeta, (u64, Option<Vec<u8>>))> {
-        self.seal_data_page()?;
-        let mut level = std::mem::take(&mut self.level1);
-        let mut height = u32::from(!level.is_empty());
-        while level.len() > 1 {
-            level = self.write_index_level(&level, height as u8)?;
-            height += 1;
+    /// Finishes the run in steps of about `budget` bytes of work: index pages written (4 KiB
+    /// each), filter keys processed (8 bytes each); the filter pages and the header are written
+    /// by the step that completes the filter (they are about 1 % of the run). Returns true once
+    /// the run is complete; [`finish`](RunBuilder::finish) (or `Run::from_builder`) then returns
+    /// at once. After an error everything allocated is released and the builder is spent.
+    pub fn finish_step(&mut self, budget: u64) -> Result<bool> {
+        if self.finished {
+            return Err(Error::InvalidOption(
+                "run builder used after it finished or failed".into(),
+            ));
         }
-        let tree_root = level.first().map_or(NO_ROOT, |i| i.child);
+        let r = self.finish_step_inner(budget);
+        if r.is_err() {
+            self.sink.release_all();
+            self.finished = true;
+        }
+        r
+    }
 
-        // An empty run needs no filter: lookups never reach its (absent) tree.
+    fn finish_step_inner(&mut self, budget: u64) -> Result<bool> {
+        let mut left = budget.max(1);
+        loop {
+            let spend = |left: &mut u64, n: u64| *left = left.saturating_sub(n);
+            match self.fin.take() {
+                None => {
+                    self.seal_data_page()?;
+                    let level1 = std::mem::take(&mut self.level1);
+                    let height = u32::from(!level1.is_empty());
+                    self.fin = Some(if level1.len() > 1 {
+                        Finish::Index {
+                            level: IndexLevel::new(level1, height as u8),
+                            height,
+                        }
+                    } else {
+                        self.filter_phase(level1.first().map_or(NO_ROOT, |i| i.child), height)
+                    });
+                    spend(&mut left, PAGE_SIZE as u64);
+                }
+                Some(Finish::Index { mut level, height }) => {
+                    let pages = self.index_pages(&mut level, left.div_ceil(PAGE_SIZE as u64))?;
+                    spend(&mut left, pages * PAGE_SIZE as u64);
+                    if level.pos < level.items.len() {
+                        self.fin = Some(Finish::Index { level, height });
+                    } else {
+                        let up = std::mem::take(&mut level.up);
+                        let height = height + 1;
+                        self.fin = Some(if up.len() > 1 {
+                            Finish::Index {
+                                level: IndexLevel::new(up, height as u8),
+                                height,
+                            }
+                        } else {
+                            self.filter_phase(up.first().map_or(NO_ROOT, |i| i.child), height)
+                        });
+                    }
+                }
+                Some(Finish::Filter {
+                    tree_root,
+                    height,
+                    mut filter,
+                }) => {
+                    if let Some(f) = &mut filter {
+                        let keys = usize::try_from(left / 8).unwrap_or(usize::MAX);
+                        if !f.step(keys) {
+                            self.fin = Some(Finish::Filter {
+                                tree_root,
+                                height,
+                                filter,
+                            });
+                            return Ok(false);
+                        }
+                    }
+                    let bytes = filter.map(FilterFinish::into_bytes);
+                    let meta = self.write_tail(tree_root, height, bytes.as_deref())?;
+                    self.fin = Some(Finish::Done {
+                        meta,
+                        tree_root,
+                        filter: bytes,
+                    });
+                    return Ok(true);
+                }
+                Some(done @ Finish::Done { .. }) => {
+                    self.fin = Some(done);
+                    return Ok(true);
+                }
+            }
+            if left == 0 {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// The filter phase after the tree (an empty run needs no filter: lookups never reach its
+    /// absent tree).
+    fn filter_phase(&mut self, tree_root: u64, height: u32) -> Finish {
         let filter = self
-            .bloom
+            .filter
             .take()
             .filter(|b| !b.is_empty())
-            .map(BloomBuilder::finish);
-        let (filter_page, filter_pages) = match &filter {
+            .map(FilterBuilder::start_finish);
+        Finish::Filter {
+            tree_root,
+            height,
+            filter,
+        }
+    }
+
+    /// Writes the filter pages and the header page, flushes the last chunk; the run's metadata.
+    fn write_tail(
+        &mut self,
+        tree_root: u64,
+        height: u32,
+        filter: Option<&[u8]>,
+    ) -> Result<RunMeta> {
+        let (filter_page, filter_pages) = match filter {
             Some(bytes) => {
                 let n = bytes.len().div_ceil(PAYLOAD).max(1);
                 let start = self.sink.put(n as u64, |i, body| {
@@ -364,7 +504,6 @@ impl RunBuilder {
             }
             None => (0, 0),
         };
-
         let (max_key, max_seq, min_seq) = match &self.last {
             Some((k, _)) => (k.clone(), self.max_seq, self.min_seq),
             None => (Vec::new(), 0, 0),
@@ -397,48 +536,62 @@ impl RunBuilder {
         })?;
         self.sink.flush_chunk()?;
         meta.extents = std::mem::take(&mut self.sink.done);
-        Ok((meta, (tree_root, filter)))
+        Ok(meta)
     }
 
-    /// Packs one level of index items into index pages at `level`, returning the items of the
-    /// level above.
-    fn write_index_level(&mut self, items: &[IndexItem], level: u8) -> Result<Vec<IndexItem>> {
-        let mut up = Vec::with_capacity(items.len() / 8 + 1);
-        let mut page = SlottedPage::default();
-        let mut first: Option<(Vec<u8>, u64)> = None;
-        let (mut entries, mut bytes) = (0u64, 0u64);
-        let mut buf = Vec::new();
-        for (n, it) in items.iter().enumerate() {
-            buf.clear();
-            it.encode(&mut buf);
-            if !page.fits(buf.len()) {
+    #[allow(clippy::type_complexity)]
+    fn finish_inner(&mut self) -> Result<(RunMeta, (u64, Option<Vec<u8>>))> {
+        while !self.finish_step_inner(u64::MAX)? {}
+        match self.fin.take() {
+            Some(Finish::Done {
+                meta,
+                tree_root,
+                filter,
+            }) => Ok((meta, (tree_root, filter))),
+            _ => Err(Error::InvalidOption("run finish did not complete".into())),
+        }
+    }
+
+    /// Packs items of `level` into index pages until the level is done or `max_pages` pages
+    /// were written; returns the pages written.
+    fn index_pages(&mut self, l: &mut IndexLevel, max_pages: u64) -> Result<u64> {
+        let mut written = 0u64;
+        while l.pos < l.items.len() && written < max_pages.max(1) {
+            let n = l.pos;
+            l.buf.clear();
+            l.items[n].encode(&mut l.buf);
+            if !l.page.fits(l.buf.len()) {
                 self.seal_index_page(
-                    &mut page,
-                    level,
-                    &mut first,
-                    &mut entries,
-                    &mut bytes,
-                    &mut up,
+                    &mut l.page,
+                    l.level,
+                    &mut l.first,
+                    &mut l.entries,
+                    &mut l.bytes,
+                    &mut l.up,
                 )?;
+                written += 1;
             }
-            if page.len() == 0 {
-                first = Some((it.key.clone(), it.seq));
+            let it = &l.items[n];
+            if l.page.len() == 0 {
+                l.first = Some((it.key.clone(), it.seq));
             }
-            page.push(&buf);
-            entries += it.entries;
-            bytes += it.bytes;
-            if n + 1 == items.len() {
+            l.page.push(&l.buf);
+            l.entries += it.entries;
+            l.bytes += it.bytes;
+            l.pos += 1;
+            if l.pos == l.items.len() {
                 self.seal_index_page(
-                    &mut page,
-                    level,
-                    &mut first,
-                    &mut entries,
-                    &mut bytes,
-                    &mut up,
+                    &mut l.page,
+                    l.level,
+                    &mut l.first,
+                    &mut l.entries,
+                    &mut l.bytes,
+                    &mut l.up,
                 )?;
+                written += 1;
             }
         }
-        Ok(up)
+        Ok(written)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -480,6 +633,23 @@ impl Drop for RunBuilder {
     fn drop(&mut self) {
         if !self.finished {
             self.sink.release_all();
+        }
+    }
+}
+
+impl IndexLevel {
+    fn new(items: Vec<IndexItem>, level: u8) -> IndexLevel {
+        let cap = items.len() / 8 + 1;
+        IndexLevel {
+            items,
+            pos: 0,
+            level,
+            page: SlottedPage::default(),
+            first: None,
+            entries: 0,
+            bytes: 0,
+            up: Vec::with_capacity(cap),
+            buf: Vec::new(),
         }
     }
 }

@@ -176,6 +176,11 @@ pub struct RunIter {
 }
 
 impl RunIter {
+    /// Caps the pages of one read-ahead request.
+    pub(crate) fn set_readahead(&mut self, pages: u64) {
+        self.cursor.ahead.max_pages = pages;
+    }
+
     pub(crate) fn new(
         run: Arc<Run>,
         lo: Bound<Vec<u8>>,

@@ -5,8 +5,9 @@
 //! data file, and then opened read-only as a [`Run`] shared by readers. Data pages hold the
 //! entries; index pages above them hold, per child, its first key and seq and the number of
 //! entries and user bytes beneath it (so runs can be split by rank or size without reading
-//! them); values too large to keep three entries a page go to blob pages; an optional bloom
-//! filter and a header page complete the run. The byte layout is in `docs/format-run.md`.
+//! them); values too large to keep three entries a page go to blob pages; an optional filter (bloom,
+//! or quotient for the `stbe` index: the filter bytes name their kind)
+//! and a header page complete the run. The byte layout is in `docs/format-run.md`.
 //!
 //! [`cmp_entries`]: crate::entry::cmp_entries
 
@@ -27,7 +28,7 @@ pub use iter::RunIter;
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
-use crate::filter::Bloom;
+use crate::filter::{hash64, Filter};
 use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_SIZE};
 use format::{
     at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
@@ -236,6 +237,8 @@ pub const READAHEAD_PAGES: u64 = 64;
 pub(crate) struct Readahead {
     start: u64,
     pages: u64,
+    /// Most pages one request reads ([`READAHEAD_PAGES`] unless the iterator asked for less).
+    max_pages: u64,
     buf: AlignedBuf,
 }
 
@@ -244,6 +247,7 @@ impl Default for Readahead {
         Readahead {
             start: 0,
             pages: 0,
+            max_pages: READAHEAD_PAGES,
             buf: AlignedBuf::zeroed(0),
         }
     }
@@ -260,7 +264,7 @@ pub struct Run {
     store: Arc<PageFile>,
     meta: RunMeta,
     tree_root: u64,
-    filter: Option<Bloom>,
+    filter: Option<Filter>,
     /// `meta.extents` sorted by start, for checking that page references stay inside the run.
     sorted: Vec<Extent>,
     /// Bytes of the in-memory filter charged to the store's cache while the run is open.
@@ -340,13 +344,18 @@ impl Run {
     /// has in memory (tree root, filter).
     pub fn from_builder(builder: RunBuilder) -> Result<Run> {
         let (store, meta, tree_root, filter) = builder.finish_parts()?;
-        let filter = filter.map(Bloom::from_bytes).transpose()?;
+        let filter = filter.map(Filter::from_bytes).transpose()?;
         let mut run = Run::assemble(store, meta, tree_root, filter);
         run.charge_filter();
         Ok(run)
     }
 
-    fn assemble(store: Arc<PageFile>, meta: RunMeta, tree_root: u64, filter: Option<Bloom>) -> Run {
+    fn assemble(
+        store: Arc<PageFile>,
+        meta: RunMeta,
+        tree_root: u64,
+        filter: Option<Filter>,
+    ) -> Run {
         let mut sorted = meta.extents.clone();
         sorted.sort();
         Run {
@@ -359,7 +368,7 @@ impl Run {
         }
     }
 
-    fn read_filter(&self, purpose: Purpose) -> Result<Option<Bloom>> {
+    fn read_filter(&self, purpose: Purpose) -> Result<Option<Filter>> {
         let (first, n) = (self.meta.filter_page, self.meta.filter_pages);
         if n == 0 {
             return Ok(None);
@@ -381,7 +390,7 @@ impl Run {
                 .ok_or_else(|| corrupt(page, format!("filter page claims {} bytes", h.aux)))?;
             bytes.extend_from_slice(part);
         }
-        Bloom::from_bytes(bytes)
+        Filter::from_bytes(bytes)
             .map(Some)
             .map_err(|e| at_page(e, first))
     }
@@ -405,10 +414,20 @@ impl Run {
         &self.meta.extents
     }
 
-    /// The bloom filter check: `false` means no version of `key` is in the run. Always `true`
-    /// for a run built without a filter.
+    /// The filter check: `false` means no version of `key` is in the run. Always `true` for a
+    /// run built without a filter.
     pub fn may_contain(&self, key: &[u8]) -> bool {
         self.filter.as_ref().is_none_or(|f| f.may_contain(key))
+    }
+
+    /// [`Run::may_contain`] for a key already hashed with [`hash64`].
+    pub fn may_contain_hash(&self, h: u64) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.may_contain_hash(h))
+    }
+
+    /// The run's filter, if it has one (bloom or quotient).
+    pub fn filter(&self) -> Option<&Filter> {
+        self.filter.as_ref()
     }
 
     fn load(&self, page: u64, level: u8, purpose: Purpose) -> Result<Node> {
@@ -428,9 +447,10 @@ impl Run {
         if !ahead.holds(page) {
             let i = self.sorted.partition_point(|e| e.start <= page);
             let end = self.sorted[i - 1].end();
-            let n = (end - page).min(READAHEAD_PAGES);
-            if ahead.buf.len() < READAHEAD_PAGES as usize * PAGE_SIZE {
-                ahead.buf = AlignedBuf::zeroed(READAHEAD_PAGES as usize * PAGE_SIZE);
+            let max = ahead.max_pages.clamp(1, READAHEAD_PAGES);
+            let n = (end - page).min(max);
+            if ahead.buf.len() < max as usize * PAGE_SIZE {
+                ahead.buf = AlignedBuf::zeroed(max as usize * PAGE_SIZE);
             }
             ahead.pages = 0;
             self.store
@@ -561,10 +581,22 @@ impl Run {
     /// after the first Put or Delete (it hides older versions) and continuing through Merge
     /// entries. Checks the bloom filter first; reads count as `Purpose::UserRead`.
     pub fn get(&self, key: &[u8], max_seq: u64, out: &mut Vec<Entry>) -> Result<()> {
+        self.get_hashed(key, hash64(key), max_seq, out)
+    }
+
+    /// [`Run::get`] for a key already hashed with [`hash64`]: a lookup that probes many runs
+    /// hashes the key once.
+    pub fn get_hashed(
+        &self,
+        key: &[u8],
+        hash: u64,
+        max_seq: u64,
+        out: &mut Vec<Entry>,
+    ) -> Result<()> {
         if self.meta.height == 0
             || key < self.meta.min_key.as_slice()
             || key > self.meta.max_key.as_slice()
-            || !self.may_contain(key)
+            || !self.may_contain_hash(hash)
         {
             return Ok(());
         }
@@ -599,6 +631,21 @@ impl Run {
         purpose: Purpose,
     ) -> RunIter {
         RunIter::new(self.clone(), lo, hi, reverse, purpose)
+    }
+
+    /// [`Run::iter`] whose read-ahead requests (scans that are not user reads) cover at most
+    /// `pages` pages (1..=[`READAHEAD_PAGES`]): a merge of many runs bounds its buffers so.
+    pub fn iter_with_readahead(
+        self: &Arc<Self>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+        purpose: Purpose,
+        pages: u64,
+    ) -> RunIter {
+        let mut it = RunIter::new(self.clone(), lo, hi, reverse, purpose);
+        it.set_readahead(pages);
+        it
     }
 
     /// The number of entries with key < `key`, from the subtree counts of one root-to-leaf

@@ -308,6 +308,71 @@ fn scans_that_are_not_user_reads_read_ahead_and_bypass_the_cache() {
 }
 
 #[test]
+fn smaller_read_ahead_windows_read_the_same() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 6000);
+    let run = build(&pf, &m, opts());
+    let reads = |pf: &Arc<PageFile>| pf.counters().snapshot().read_ops[Purpose::Merge as usize];
+    let before = reads(&pf);
+    let all: Vec<Entry> = run
+        .iter_with_readahead(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge, 4)
+        .map(|e| e.unwrap())
+        .collect();
+    let small = reads(&pf) - before;
+    assert!(all == m, "scan with small windows differs");
+    let before = reads(&pf);
+    let n = run
+        .iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge)
+        .count();
+    assert_eq!(n, m.len());
+    let big = reads(&pf) - before;
+    assert!(
+        small > 2 * big,
+        "{small} requests with 4-page windows, {big} with 64"
+    );
+}
+
+#[test]
+fn adjacent_chunks_are_listed_as_one_extent() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 5000);
+    // A fresh store hands out chunks one after another: the run lists far fewer extents than
+    // it wrote chunks (large values get extents of their own, which interrupt the sequence).
+    let run = build(
+        &pf,
+        &m,
+        RunOptions {
+            extent_pages: 4,
+            ..opts()
+        },
+    );
+    let chunks = run.meta().pages() / 4;
+    assert!(chunks > 40, "{chunks} chunks");
+    assert!(
+        (run.meta().extents.len() as u64) * 8 < chunks,
+        "{:?}",
+        run.meta().extents
+    );
+    // With a hole in the way, the extents split around it and still read the same.
+    let hole = pf.alloc().alloc(3);
+    let other = build(&pf, &m[..10], opts());
+    pf.alloc().release(hole);
+    let run = build(
+        &pf,
+        &m,
+        RunOptions {
+            extent_pages: 4,
+            ..opts()
+        },
+    );
+    assert!(run.meta().extents.len() >= 2, "{:?}", run.meta().extents);
+    verify(&run, &m, &mut rng, 3);
+    drop(other);
+}
+
+#[test]
 fn from_builder_matches_open() {
     let mut rng = SmallRng::seed_from_u64(seed());
     let (_fs, pf) = store();
@@ -326,6 +391,82 @@ fn from_builder_matches_open() {
     verify(&run, &m, &mut rng, 10);
     let reopened = Arc::new(Run::open(pf.clone(), run.meta().clone()).unwrap());
     verify(&reopened, &m, &mut rng, 3);
+}
+
+#[test]
+fn quotient_filter_runs_read_like_bloom_runs() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 4000);
+    let spec = crate::filter::FilterSpec::Quotient { remainder_bits: 8 };
+    let mut b = RunBuilder::with_filter(pf.clone(), opts(), spec);
+    for e in &m {
+        b.add(e).unwrap();
+    }
+    let run = Arc::new(Run::from_builder(b).unwrap());
+    assert!(matches!(
+        run.filter(),
+        Some(crate::filter::Filter::Quotient(_))
+    ));
+    assert!(run.meta().filter_pages > 0);
+    verify(&run, &m, &mut rng, 10);
+    // Reopened from its metadata, the filter kind comes from the filter bytes.
+    let reopened = Arc::new(Run::open(pf.clone(), run.meta().clone()).unwrap());
+    assert!(matches!(
+        reopened.filter(),
+        Some(crate::filter::Filter::Quotient(_))
+    ));
+    verify(&reopened, &m, &mut rng, 3);
+    assert_eq!(reopened.check().unwrap(), m.len() as u64);
+    for e in &m {
+        let h = crate::filter::hash64(&e.key);
+        assert!(reopened.may_contain_hash(h));
+        let (mut a, mut b2) = (Vec::new(), Vec::new());
+        reopened.get(&e.key, e.seq, &mut a).unwrap();
+        reopened.get_hashed(&e.key, h, e.seq, &mut b2).unwrap();
+        assert_eq!(a, b2);
+        assert!(!a.is_empty());
+    }
+}
+
+#[test]
+fn finish_in_steps_writes_the_same_run() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let m = model(&mut rng, 20_000);
+    for spec in [
+        crate::filter::FilterSpec::Bloom { bits_per_key: 10 },
+        crate::filter::FilterSpec::Quotient { remainder_bits: 8 },
+    ] {
+        let build = |steps: bool| {
+            let (_fs, pf) = store();
+            let mut b = RunBuilder::with_filter(pf.clone(), opts(), spec);
+            for e in &m {
+                b.add(e).unwrap();
+            }
+            let mut calls = 0;
+            if steps {
+                while !b.finish_step(3 * PAGE_SIZE as u64).unwrap() {
+                    calls += 1;
+                }
+            }
+            let run = Run::from_builder(b).unwrap();
+            let pages: Vec<Vec<u8>> = run
+                .meta()
+                .extents
+                .iter()
+                .flat_map(|e| e.start..e.end())
+                .map(|p| pf.read_uncached(p, Purpose::Merge).unwrap().to_vec())
+                .collect();
+            (run.meta().clone(), pages, calls, run)
+        };
+        let (meta_a, pages_a, _, _) = build(false);
+        let (meta_b, pages_b, calls, run) = build(true);
+        assert_eq!(meta_a, meta_b, "{spec:?}");
+        assert!(pages_a == pages_b, "{spec:?}: pages differ");
+        assert!(calls > 10, "{spec:?}: finished in {calls} steps");
+        let run = Arc::new(run);
+        verify(&run, &m, &mut rng, 3);
+    }
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -50,6 +50,7 @@ pub struct Allocator {
     state: Mutex<State>,
     first_page: u64,
     punch: OnceLock<Arc<dyn File>>,
+    punch_stopped: AtomicBool,
     punched_pages: AtomicU64,
     punch_failures: AtomicU64,
 }
@@ -106,6 +107,7 @@ impl Allocator {
             state: Mutex::new(state),
             first_page,
             punch: OnceLock::new(),
+            punch_stopped: AtomicBool::new(false),
             punched_pages: AtomicU64::new(0),
             punch_failures: AtomicU64::new(0),
         }
@@ -124,10 +126,19 @@ impl Allocator {
         }
     }
 
+    /// Punches nothing more, for good: the index is closing, and the extents its structures
+    /// give back as they are dropped are still what the last manifest names.
+    pub fn stop_punching(&self) {
+        self.punch_stopped.store(true, Ordering::Release);
+    }
+
     fn punch(&self, e: Extent) {
         let Some(file) = self.punch.get() else {
             return;
         };
+        if self.punch_stopped.load(Ordering::Acquire) {
+            return;
+        }
         if e.pages < PUNCH_MIN_PAGES {
             // A page or two (a B-tree node's copy-on-write): reused soon by `alloc_scattered`,
             // and a syscall per page would cost more than the space is worth.
@@ -353,5 +364,10 @@ mod tests {
             "each release of at least PUNCH_MIN_PAGES, as released"
         );
         assert_eq!(a.punch_stats(), (m + (m + 3) + m, 0));
+        let z = a.alloc(m);
+        a.stop_punching();
+        a.release(z);
+        assert_eq!(holes.0.lock().len(), 3, "nothing is punched once stopped");
+        assert_eq!(a.alloc(m), z, "the extent is free all the same");
     }
 }

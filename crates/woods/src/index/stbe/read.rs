@@ -1,0 +1,256 @@
+//! Point and range reads over one published trunk version (spec §3.7, §3.9). Readers take no
+//! lock: a version is immutable and holds every branch it references.
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::node::{BranchRef, Node};
+use super::Version;
+use crate::entry::{Entry, Kind};
+use crate::error::Result;
+use crate::filter::hash64;
+use crate::merge::{EntryIter, MergeIter};
+use crate::storage::Purpose;
+
+/// Versions of `key` with seq <= `seq`, newest first, up to the first Put or Delete: the
+/// branches on the root-to-leaf path live for the path's child, newest first, each checked
+/// against its key range and quotient filter before any page is read (the key is hashed once).
+pub fn get(v: &Version, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
+    let h = hash64(key);
+    let start = out.len();
+    let mut node: &Node = &v.root;
+    loop {
+        let (refs, next): (&[BranchRef], Option<&Node>) = if node.is_leaf() {
+            (&node.branches, None)
+        } else {
+            let i = node.child_for(key);
+            let from = node.pos(node.children[i].start);
+            (&node.branches[from..], Some(&node.children[i].node))
+        };
+        for r in refs.iter().rev() {
+            let m = r.branch.meta();
+            if m.entries == 0 || key < m.min_key.as_slice() || key > m.max_key.as_slice() {
+                continue;
+            }
+            r.branch.run()?.get_hashed(key, h, seq, out)?;
+            if out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge) {
+                return Ok(());
+            }
+        }
+        match next {
+            Some(n) => node = n,
+            None => return Ok(()),
+        }
+    }
+}
+
+fn cmp_lo(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> Ordering {
+    // Lower bounds: which one admits fewer keys is the greater.
+    match (a, b) {
+        (Bound::Unbounded, Bound::Unbounded) => Ordering::Equal,
+        (Bound::Unbounded, _) => Ordering::Less,
+        (_, Bound::Unbounded) => Ordering::Greater,
+        (Bound::Included(x), Bound::Included(y)) | (Bound::Excluded(x), Bound::Excluded(y)) => {
+            x.cmp(y)
+        }
+        (Bound::Included(x), Bound::Excluded(y)) => x.cmp(y).then(Ordering::Less),
+        (Bound::Excluded(x), Bound::Included(y)) => x.cmp(y).then(Ordering::Greater),
+    }
+}
+
+fn cmp_hi(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> Ordering {
+    // Upper bounds: which one admits more keys is the greater.
+    match (a, b) {
+        (Bound::Unbounded, Bound::Unbounded) => Ordering::Equal,
+        (Bound::Unbounded, _) => Ordering::Greater,
+        (_, Bound::Unbounded) => Ordering::Less,
+        (Bound::Included(x), Bound::Included(y)) | (Bound::Excluded(x), Bound::Excluded(y)) => {
+            x.cmp(y)
+        }
+        (Bound::Included(x), Bound::Excluded(y)) => x.cmp(y).then(Ordering::Greater),
+        (Bound::Excluded(x), Bound::Included(y)) => x.cmp(y).then(Ordering::Less),
+    }
+}
+
+/// Whether `[lo, hi]` admits no key.
+fn empty(lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a), Bound::Excluded(b))
+        | (Bound::Excluded(a), Bound::Included(b))
+        | (Bound::Excluded(a), Bound::Excluded(b)) => a >= b,
+        _ => false,
+    }
+}
+
+/// A range scan: one leaf at a time, merging the branches on the root-to-leaf path that are
+/// live for the path (each read within the leaf's range), forward or exactly reversed.
+pub struct StbeIter {
+    version: Arc<Version>,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    reverse: bool,
+    /// Forward: the lower bound of what is left; reverse: the upper bound.
+    next: Option<Bound<Vec<u8>>>,
+    current: Option<MergeIter>,
+}
+
+impl StbeIter {
+    pub fn new(
+        version: Arc<Version>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> StbeIter {
+        let next = Some(if reverse { hi.clone() } else { lo.clone() });
+        StbeIter {
+            version,
+            lo,
+            hi,
+            reverse,
+            next,
+            current: None,
+        }
+    }
+
+    /// Opens the leaf holding the next keys; false when the scan is over.
+    fn open_next(&mut self) -> bool {
+        let Some(at) = self.next.take() else {
+            return false;
+        };
+        let (lo, hi) = if self.reverse {
+            (self.lo.clone(), at)
+        } else {
+            (at, self.hi.clone())
+        };
+        if empty(&lo, &hi) {
+            return false;
+        }
+        // Descend to the leaf holding the first key of the remaining range (forward) or its
+        // last (reverse), collecting each node's live references.
+        let mut node: &Node = &self.version.root;
+        let mut path: Vec<&[BranchRef]> = Vec::new();
+        loop {
+            if node.is_leaf() {
+                path.push(&node.branches);
+                break;
+            }
+            let i = if self.reverse {
+                match &hi {
+                    Bound::Unbounded => node.children.len() - 1,
+                    Bound::Included(k) => node.child_for(k),
+                    Bound::Excluded(k) => {
+                        let p = node
+                            .children
+                            .partition_point(|c| c.node.lo.as_ref() < k.as_slice());
+                        if p == 0 {
+                            return false;
+                        }
+                        p - 1
+                    }
+                }
+            } else {
+                match &lo {
+                    Bound::Unbounded => 0,
+                    Bound::Included(k) | Bound::Excluded(k) => node.child_for(k),
+                }
+            };
+            path.push(&node.branches[node.pos(node.children[i].start)..]);
+            node = &node.children[i].node;
+        }
+        let leaf_lo = if node.lo.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Included(node.lo.to_vec())
+        };
+        let leaf_hi = node
+            .hi
+            .as_ref()
+            .map_or(Bound::Unbounded, |h| Bound::Excluded(h.to_vec()));
+        let lo_b = if cmp_lo(&lo, &leaf_lo) == Ordering::Less {
+            leaf_lo.clone()
+        } else {
+            lo.clone()
+        };
+        let hi_b = if cmp_hi(&hi, &leaf_hi) == Ordering::Greater {
+            leaf_hi.clone()
+        } else {
+            hi.clone()
+        };
+        // What follows this leaf.
+        self.next = if self.reverse {
+            match leaf_lo {
+                Bound::Unbounded => None,
+                Bound::Included(k) => Some(Bound::Excluded(k)),
+                Bound::Excluded(_) => None,
+            }
+        } else {
+            match leaf_hi {
+                Bound::Unbounded => None,
+                Bound::Excluded(k) => Some(Bound::Included(k)),
+                Bound::Included(_) => None,
+            }
+        };
+        let in_range = |r: &&BranchRef| {
+            let m = r.branch.meta();
+            if m.entries == 0 {
+                return false;
+            }
+            let above = match &lo_b {
+                Bound::Unbounded => true,
+                Bound::Included(k) => m.max_key >= *k,
+                Bound::Excluded(k) => m.max_key > *k,
+            };
+            let below = match &hi_b {
+                Bound::Unbounded => true,
+                Bound::Included(k) => m.min_key <= *k,
+                Bound::Excluded(k) => m.min_key < *k,
+            };
+            above && below
+        };
+        let mut sources: Vec<EntryIter> = Vec::new();
+        let mut failed = None;
+        for refs in path {
+            for r in refs.iter().filter(in_range) {
+                match r.branch.run() {
+                    Ok(run) => sources.push(Box::new(run.iter(
+                        lo_b.clone(),
+                        hi_b.clone(),
+                        self.reverse,
+                        Purpose::UserRead,
+                    ))),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        }
+        if let Some(e) = failed {
+            sources = vec![Box::new(std::iter::once(Err(e)))];
+            self.next = None;
+        }
+        self.current = Some(MergeIter::new(sources, self.reverse));
+        true
+    }
+}
+
+impl Iterator for StbeIter {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        loop {
+            if let Some(it) = &mut self.current {
+                match it.next() {
+                    Some(Err(e)) => {
+                        self.next = None;
+                        self.current = None;
+                        return Some(Err(e));
+                    }
+                    Some(ok) => return Some(ok),
+                    None => self.current = None,
+                }
+            }
+            if !self.open_next() {
+                return None;
+            }
+        }
+    }
+}
