@@ -1,6 +1,6 @@
 //! End-to-end tests of the `woods` binary.
 //!
-//! Every test that loads data runs for every index kind (`btree`, `lsm`, `nbtree`). Seeds, kill points
+//! Every test that loads data runs for every index kind (`btree`, `lsm`, `nbtree`, `stbe`). Seeds, kill points
 //! and results are printed: run with `--nocapture` to see them, and pass a printed seed to
 //! `woods load/verify --seed` to reproduce a failure by hand.
 
@@ -343,6 +343,47 @@ fn load_verify_nbtree() {
     load_then_verify("nbtree");
 }
 
+#[test]
+fn load_verify_stbe() {
+    load_then_verify("stbe");
+}
+
+/// `woods stats` shows the size-tiered trunk (a line per trunk level with its branch
+/// references, the distinct branches) and the maintenance counters; `woods check` verifies its
+/// invariants.
+#[test]
+fn stbe_stats_and_check() {
+    let d = tmp();
+    let db = d.path().join("db");
+    let db = path(&db);
+    ok(&[
+        "load",
+        db,
+        "--index",
+        "stbe",
+        "--records",
+        "60000",
+        "--memtable-bytes",
+        "256K",
+    ]);
+    assert!(ok(&["check", db]).ends_with(" entries ok\n"));
+    let stats = ok(&["stats", db]);
+    for want in [
+        "kind              stbe",
+        "height",
+        "filter bytes",
+        "branches",
+        "trunk_nodes",
+        "flushes",
+        "compactions",
+        "root: 1 nodes",
+        "leaves:",
+        "distinct branches",
+    ] {
+        assert!(stats.contains(want), "stats lacks {want:?}:\n{stats}");
+    }
+}
+
 /// `woods stats` shows the NB-tree's shape (a line per s-tree level: d-trees, live and
 /// physical sizes, bloom bytes) and a counter for every reorganisation; `woods check` verifies
 /// its invariants.
@@ -523,4 +564,14 @@ fn crash_sync_nbtree() {
 #[test]
 fn crash_buffered_nbtree() {
     crash_buffered("nbtree");
+}
+
+#[test]
+fn crash_sync_stbe() {
+    crash_sync("stbe");
+}
+
+#[test]
+fn crash_buffered_stbe() {
+    crash_buffered("stbe");
 }
