@@ -40,6 +40,7 @@ Workloads (--workloads, in the order given; the first must be a load; NAME:OPS g
 own operation count, the others run --ops):
   fillseq       load records 0..N in key order (db_bench keys)
   fillrandom    load records 0..N, each once, in uniformly random key order (db_bench keys)
+  fillmixed     load records 0..N, each once: --sequential-percent P of the inserts extend an ascending run (records 0..N*P/100, the low end of the key space), evenly interleaved with the others' inserts in uniformly random order (db_bench keys; SplinterDB's locality sweep)
   overwrite     puts of new versions of records chosen uniformly at random
   readrandom    gets of records chosen uniformly at random; with --miss-ratio R, a share R of \
 them look up keys no record has (inside the records' key range), which must be not found
@@ -57,7 +58,7 @@ Zipfian is YCSB's scrambled zipfian (constant 0.99, hot records scattered by an 
 --distribution uniform|zipfian|latest replaces each YCSB workload's own. Without --workloads: \
 fillrandom, overwrite (only with --overwrites M), readrandom (unless --ops 0).
 
-Keys: fillseq and fillrandom load db_bench's keys (record i as 8 big-endian bytes, then '0' up \
+Keys: fillseq, fillrandom and fillmixed load db_bench's keys (record i as 8 big-endian bytes, then '0' up \
 to --key-size); ycsb-load loads YCSB's (\"user\" and the decimal of fnvhash64(i), zero-padded \
 to --key-size, which must be at least 24). Values: --value-size bytes, a function of the \
 record, a version advanced by every write, and the seed. Every get and every scanned entry is \
@@ -160,6 +161,9 @@ pub struct BenchArgs {
     /// Share of readrandom's gets that look up keys no record has (0 to 1).
     #[arg(long, value_name = "R", default_value_t = 0.0)]
     pub miss_ratio: f64,
+    /// Percentage of fillmixed's inserts that extend its ascending run (0 to 100).
+    #[arg(long, value_name = "P", default_value_t = 50.0)]
+    pub sequential_percent: f64,
     /// `next` calls after each seek of seekrandom.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub seek_nexts: usize,
@@ -463,6 +467,9 @@ pub struct BenchReport {
     pub phases: Vec<Phase>,
     pub threads: usize,
     pub miss_ratio: f64,
+    /// fillmixed's sequential share (absent from reports of earlier versions).
+    #[serde(default)]
+    pub sequential_percent: f64,
     pub seek_nexts: usize,
     pub distribution: Option<Distribution>,
     pub key_size: usize,
@@ -554,6 +561,7 @@ fn run_parent(
         value_size: args.value_size,
         threads: args.threads,
         miss_ratio: args.miss_ratio,
+        sequential_percent: args.sequential_percent,
         seek_nexts: args.seek_nexts,
         distribution: args.distribution,
         seed: args.seed,
@@ -765,6 +773,7 @@ fn run_parent(
             .collect(),
         threads: args.threads,
         miss_ratio: args.miss_ratio,
+        sequential_percent: args.sequential_percent,
         seek_nexts: args.seek_nexts,
         distribution: args.distribution,
         key_size: args.key_size,

@@ -21,6 +21,7 @@
 //!     value_size: 100,
 //!     threads: 2,
 //!     miss_ratio: 0.0,
+//!     sequential_percent: 0.0,
 //!     seek_nexts: 10,
 //!     distribution: None, // YCSB's own: zipfian for A
 //!     seed: 7,

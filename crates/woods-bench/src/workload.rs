@@ -38,6 +38,11 @@ pub enum Workload {
     /// Load: records `0..N`, each once, in uniformly random key order (db_bench keys).
     #[serde(rename = "fillrandom")]
     FillRandom,
+    /// Load: records `0..N`, each once; a given share of the inserts extends an ascending run
+    /// (records `0..S`, the low end of the key space), evenly interleaved with inserts of the
+    /// other records in uniformly random order (db_bench keys). SplinterDB's locality sweep.
+    #[serde(rename = "fillmixed")]
+    FillMixed,
     /// Puts of new versions of records chosen uniformly at random.
     #[serde(rename = "overwrite")]
     Overwrite,
@@ -91,9 +96,10 @@ pub const MAX_SCAN_LENGTH: u64 = 100;
 
 impl Workload {
     /// Every workload, in the order `woods bench --help` lists them.
-    pub const ALL: [Workload; 14] = [
+    pub const ALL: [Workload; 15] = [
         Workload::FillSeq,
         Workload::FillRandom,
+        Workload::FillMixed,
         Workload::Overwrite,
         Workload::ReadRandom,
         Workload::ReadSeq,
@@ -112,6 +118,7 @@ impl Workload {
         match self {
             Workload::FillSeq => "fillseq",
             Workload::FillRandom => "fillrandom",
+            Workload::FillMixed => "fillmixed",
             Workload::Overwrite => "overwrite",
             Workload::ReadRandom => "readrandom",
             Workload::ReadSeq => "readseq",
@@ -134,7 +141,9 @@ impl Workload {
     /// Loads write records `0..N` and set the run's key format.
     pub fn load_format(self) -> Option<KeyFormat> {
         match self {
-            Workload::FillSeq | Workload::FillRandom => Some(KeyFormat::DbBench),
+            Workload::FillSeq | Workload::FillRandom | Workload::FillMixed => {
+                Some(KeyFormat::DbBench)
+            }
             Workload::YcsbLoad => Some(KeyFormat::Ycsb),
             _ => None,
         }
@@ -236,6 +245,8 @@ pub struct RunSpec {
     pub threads: usize,
     /// Share of `readrandom`'s gets that look up keys no record has (0 to 1).
     pub miss_ratio: f64,
+    /// Percentage of `fillmixed`'s inserts that extend its ascending run (0 to 100).
+    pub sequential_percent: f64,
     /// `next` calls after each seek of `seekrandom`.
     pub seek_nexts: usize,
     /// Request distribution of the YCSB phases; `None` is each workload's own (`latest` for D,
@@ -270,6 +281,12 @@ impl RunSpec {
         }
         if self.threads == 0 {
             return fail("--threads must be at least 1".into());
+        }
+        if !(0.0..=100.0).contains(&self.sequential_percent) {
+            return fail(format!(
+                "--sequential-percent {} is not between 0 and 100",
+                self.sequential_percent
+            ));
         }
         if !(0.0..=1.0).contains(&self.miss_ratio) {
             return fail(format!(
@@ -646,7 +663,45 @@ struct Ctx<'a> {
     failed: AtomicBool,
     /// YCSB's record choosers, built before the clock starts (zeta takes a while).
     chooser: Option<Chooser>,
-    permutation: Option<Permutation>,
+    permutation: Option<LoadOrder>,
+}
+
+/// The record a load inserts at each position, for the loads that are not in record order.
+enum LoadOrder {
+    /// `fillrandom`: a permutation of `0..N`.
+    Random(Permutation),
+    /// `fillmixed`: `seq` of the `n` positions, spread evenly, take records `0..seq` in order;
+    /// the others take records `seq..n` in the order of `rest`.
+    Mixed { n: u64, seq: u64, rest: Permutation },
+}
+
+impl LoadOrder {
+    fn mixed(n: u64, percent: f64, seed: u64) -> LoadOrder {
+        let seq = ((n as f64 * percent / 100.0).round() as u64).min(n);
+        LoadOrder::Mixed {
+            n,
+            seq,
+            rest: Permutation::new((n - seq).max(1), seed),
+        }
+    }
+
+    /// The record at position `p` (`p < n`).
+    fn at(&self, p: u64) -> u64 {
+        match self {
+            LoadOrder::Random(perm) => perm.at(p),
+            LoadOrder::Mixed { n, seq, rest } => {
+                // Sequential positions before p, and whether p is one: position p is sequential
+                // when floor(p * seq / n) steps up at p + 1 (Bresenham's spread).
+                let before = (u128::from(p) * u128::from(*seq) / u128::from(*n)) as u64;
+                let upto = (u128::from(p + 1) * u128::from(*seq) / u128::from(*n)) as u64;
+                if upto > before {
+                    before
+                } else {
+                    seq + rest.at(p - before)
+                }
+            }
+        }
+    }
 }
 
 /// Runs one phase: opens the engine, runs the clients, drains and closes, takes the figures.
@@ -657,7 +712,11 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
     let ops = spec.ops(&s.phase);
     let threads = spec.threads;
     let chooser = Chooser::new(s, ops);
-    let permutation = (w == Workload::FillRandom).then(|| Permutation::new(ops, spec.seed));
+    let permutation = match w {
+        Workload::FillRandom => Some(LoadOrder::Random(Permutation::new(ops, spec.seed))),
+        Workload::FillMixed => Some(LoadOrder::mixed(ops, spec.sequential_percent, spec.seed)),
+        _ => None,
+    };
 
     // Syncs the file system first: what earlier phases dirtied is not counted in this one.
     let device = w.writes().then(|| DeviceProbe::start(&spec.dir));
@@ -961,11 +1020,11 @@ impl<'a> Client<'a> {
                     }
                 }
             }
-            Workload::FillRandom => {
+            Workload::FillRandom | Workload::FillMixed => {
                 let perm = ctx
                     .permutation
                     .as_ref()
-                    .expect("fillrandom has a permutation");
+                    .expect("fillrandom and fillmixed have a load order");
                 for p in lo..hi {
                     self.put(perm.at(p))?;
                     if !self.tick(1) {
@@ -1594,6 +1653,37 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", w.name()));
         }
         assert_eq!(Workload::from_name("ycsb-g"), None);
+    }
+
+    /// fillmixed inserts every record once; the sequential share, rounded, takes records
+    /// `0..S` in ascending order, spread over the load; the others follow no order.
+    #[test]
+    fn mixed_load_order_is_a_permutation_with_an_ascending_run() {
+        for n in [1u64, 2, 7, 1000, 4099] {
+            for percent in [0.0, 50.0, 90.0, 99.0, 100.0] {
+                let order = LoadOrder::mixed(n, percent, 11);
+                let seq = ((n as f64 * percent / 100.0).round() as u64).min(n);
+                let mut seen = vec![false; n as usize];
+                let mut next_seq = 0;
+                let mut seq_positions = Vec::new();
+                for p in 0..n {
+                    let r = order.at(p);
+                    assert!(r < n && !seen[r as usize], "n {n} {percent}%: {r} at {p}");
+                    seen[r as usize] = true;
+                    if r < seq {
+                        assert_eq!(r, next_seq, "n {n} {percent}%: the run ascends");
+                        next_seq += 1;
+                        seq_positions.push(p);
+                    }
+                }
+                assert_eq!(next_seq, seq, "n {n} {percent}%");
+                if seq > 1 && seq < n {
+                    // Evenly spread: no gap between sequential positions is much over n / seq.
+                    let gap = seq_positions.windows(2).map(|w| w[1] - w[0]).max();
+                    assert!(gap.unwrap() <= n.div_ceil(seq), "n {n} {percent}%: {gap:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ fn spec(dir: &Path, engine: &str, phases: &[(Workload, u64)]) -> RunSpec {
         value_size: 100,
         threads: 1,
         miss_ratio: 0.0,
+        sequential_percent: 0.0,
         seek_nexts: 10,
         distribution: None,
         seed: 5,
@@ -44,6 +45,31 @@ fn spec(dir: &Path, engine: &str, phases: &[(Workload, u64)]) -> RunSpec {
 
 fn phase(r: &EngineResult, n: usize) -> &woods_bench::workload::PhaseResult {
     &r.phases[n]
+}
+
+/// fillmixed loads every record once with the sequential share asked for, whatever it is; a
+/// sequential read then finds each of them (readseq skips none with db_bench keys).
+#[test]
+fn fillmixed_loads_every_record() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    for (n, percent) in [0.0, 50.0, 99.0, 100.0].into_iter().enumerate() {
+        let mut s = spec(
+            &tmp.path().join(n.to_string()),
+            "woods:lsm",
+            &[(Workload::FillMixed, 0), (Workload::ReadSeq, 5000)],
+        );
+        s.sequential_percent = percent;
+        let r = run(&s).unwrap_or_else(|e| panic!("{percent}%: {e}"));
+        let fill = phase(&r, 0);
+        assert_eq!((fill.ops, fill.mix.puts), (RECORDS, RECORDS), "{percent}%");
+        let seq = phase(&r, 1);
+        assert_eq!((seq.ops, seq.checked), (RECORDS, RECORDS), "{percent}%");
+    }
+    let mut bad = spec(tmp.path(), "woods:lsm", &[(Workload::FillMixed, 0)]);
+    bad.sequential_percent = 101.0;
+    let e = run(&bad).expect_err("101% is refused");
+    assert!(e.to_string().contains("--sequential-percent"), "{e}");
 }
 
 #[test]

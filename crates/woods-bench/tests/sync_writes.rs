@@ -34,6 +34,7 @@ fn spec(dir: &Path, engine: &str, sync: bool) -> RunSpec {
         value_size: 100,
         threads: 1,
         miss_ratio: 0.0,
+        sequential_percent: 0.0,
         seek_nexts: 10,
         distribution: None,
         seed: 9,

@@ -150,6 +150,7 @@ fn spec(dir: &Path, phases: &[(Workload, u64)]) -> RunSpec {
         value_size: 100,
         threads: 1,
         miss_ratio: 0.0,
+        sequential_percent: 0.0,
         seek_nexts: 10,
         distribution: None,
         seed: 1,
