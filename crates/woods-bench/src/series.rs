@@ -143,17 +143,37 @@ pub fn load(args: &[String]) -> Result<Vec<Point>, String> {
     Ok(out)
 }
 
+/// The line a run's engine result belongs to: the engine, and its load workload where the
+/// series has the engine under more than one (a B-tree bulk-loaded by `fillseq` beside one
+/// grown by `fillrandom` are two lines).
+fn line_name(points: &[Point], r: &crate::workload::EngineResult) -> String {
+    let load = |r: &crate::workload::EngineResult| r.phases.first().map(|p| p.workload);
+    let mut loads: Vec<Workload> = points
+        .iter()
+        .flat_map(|p| &p.report.results)
+        .filter(|o| o.engine == r.engine)
+        .filter_map(load)
+        .collect();
+    loads.sort_by_key(|w| w.name());
+    loads.dedup();
+    match load(r) {
+        Some(w) if loads.len() > 1 => format!("{} ({})", r.engine, w.name()),
+        _ => r.engine.clone(),
+    }
+}
+
 /// Every engine's (x, value) points of a figure, engines in order of first appearance.
 fn lines(points: &[Point], f: &Figure) -> Vec<(String, Vec<(f64, f64)>)> {
     let mut order: Vec<String> = Vec::new();
     let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for p in points {
         for r in &p.report.results {
-            if !order.contains(&r.engine) {
-                order.push(r.engine.clone());
+            let name = line_name(points, r);
+            if !order.contains(&name) {
+                order.push(name.clone());
             }
             if let Some(v) = phase(r, f.pick).and_then(f.value) {
-                by.entry(r.engine.clone()).or_default().push((p.x, v));
+                by.entry(name).or_default().push((p.x, v));
             }
         }
     }
@@ -171,8 +191,9 @@ pub fn draw(points: &[Point], x_desc: &str, out: &Path) -> Result<Vec<PathBuf>, 
         let mut v: Vec<String> = Vec::new();
         for p in points {
             for r in &p.report.results {
-                if !v.contains(&r.engine) {
-                    v.push(r.engine.clone());
+                let name = line_name(points, r);
+                if !v.contains(&name) {
+                    v.push(name);
                 }
             }
         }

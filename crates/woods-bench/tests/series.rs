@@ -76,4 +76,31 @@ fn figures_of_runs_against_their_sizes() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.json"));
+
+    // The same engine loaded two ways (a B-tree bulk-loaded by fillseq beside the one grown by
+    // fillrandom) is two lines, named by their loads.
+    bench(&[
+        "--engines",
+        "woods:btree",
+        "--records",
+        "2000",
+        "--workloads",
+        "fillseq,readrandom:300",
+        "--dir",
+        &t("dbs"),
+        "--json",
+        &t("bulk.json"),
+    ]);
+    bench(&[
+        "--series",
+        &t("small.json"),
+        &t("bulk.json"),
+        "--out",
+        &t("two-ways"),
+    ]);
+    let md = fs::read_to_string(tmp.path().join("two-ways/series.md")).unwrap();
+    assert!(
+        md.contains("| records | woods:lsm | woods:btree (fillrandom) | woods:btree (fillseq) |"),
+        "{md}"
+    );
 }
