@@ -140,6 +140,11 @@ pub struct BenchArgs {
     /// [default: every woods index kind].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub engines: Vec<String>,
+    /// Peer engines to run after --engines (whose default, every woods index kind, still
+    /// applies), comma-separated: `--peers rocksdb,leveldb,lmdb,fjall,redb` compares every
+    /// woods index kind with every peer.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub peers: Vec<String>,
     /// Workloads to run, in order, comma-separated; `NAME:OPS` gives one its own operation
     /// count [default: fillrandom, overwrite with --overwrites, readrandom].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
@@ -522,6 +527,27 @@ pub fn run_with_engines(
     }
 }
 
+/// The engines of a run: --engines (default every woods index kind), then --peers, each once.
+fn engine_list(args: &BenchArgs) -> Result<Vec<String>, String> {
+    let mut engines = if args.engines.is_empty() {
+        engine::woods_engines()
+    } else {
+        args.engines.clone()
+    };
+    for p in &args.peers {
+        if p.starts_with("woods:") {
+            return Err(format!(
+                "--peers {p}: woods' index kinds go in --engines; --peers names other engines"
+            ));
+        }
+        if engines.contains(p) {
+            return Err(format!("engine {p} is named twice"));
+        }
+        engines.push(p.clone());
+    }
+    Ok(engines)
+}
+
 fn run_parent(
     args: &BenchArgs,
     direct_io: bool,
@@ -532,11 +558,7 @@ fn run_parent(
     let smoke = args.records.is_none();
     let records = args.records.unwrap_or(SMOKE_RECORDS);
     let phases = phases(args)?;
-    let engines = if args.engines.is_empty() {
-        engine::woods_engines()
-    } else {
-        args.engines.clone()
-    };
+    let engines = engine_list(args)?;
     let external = engine_exes(&args.engine_exe)?;
     for e in &engines {
         if !external.iter().any(|(n, _)| n == e) {
@@ -902,6 +924,27 @@ mod tests {
 
     fn names(p: &[Phase]) -> Vec<(&'static str, u64)> {
         p.iter().map(|p| (p.workload.name(), p.ops)).collect()
+    }
+
+    /// --peers come after --engines, whose default (every woods index kind) still applies.
+    #[test]
+    fn peers_follow_the_engines() {
+        let list = |engines: &[&str], peers: &[&str]| {
+            engine_list(&BenchArgs {
+                engines: engines.iter().map(|s| s.to_string()).collect(),
+                peers: peers.iter().map(|s| s.to_string()).collect(),
+                ..BenchArgs::default()
+            })
+        };
+        let mut want = engine::woods_engines();
+        want.extend(["rocksdb".to_string(), "redb".to_string()]);
+        assert_eq!(list(&[], &["rocksdb", "redb"]).unwrap(), want);
+        assert_eq!(
+            list(&["woods:lsm"], &["leveldb"]).unwrap(),
+            ["woods:lsm", "leveldb"]
+        );
+        assert!(list(&["rocksdb"], &["rocksdb"]).is_err());
+        assert!(list(&[], &["woods:lsm"]).unwrap_err().contains("--engines"));
     }
 
     #[test]
