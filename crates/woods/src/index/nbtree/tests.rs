@@ -22,18 +22,7 @@ use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PageFile};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
-fn seed() -> u64 {
-    let s = std::env::var("WOODS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("WOODS_SEED={s}");
-    s
-}
+use crate::testutil::seed;
 
 fn open_file(fs: &FaultFs) -> Arc<dyn crate::storage::File> {
     fs.open(

@@ -27,15 +27,9 @@ use crate::options::{MergeOperator, StbeParams};
 use crate::run::{Run, RunBuilder, RunOptions};
 use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PageFile, PAGE_SIZE};
 
+/// The shared seed of the crate's randomized tests, printed with the test's name.
 fn seed(test: &str) -> u64 {
-    let s = std::env::var("WOODS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+    let s = crate::testutil::seed();
     eprintln!("{test}: seed {s} (replay with WOODS_SEED={s})");
     s
 }
