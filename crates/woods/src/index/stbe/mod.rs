@@ -61,12 +61,6 @@ const MAX_OPEN_JOBS: usize = 3;
 /// The least work one `work` call does when there is any (16 KiB, the Db's smallest step).
 const MIN_STEP_UNITS: u64 = 16 << 10;
 
-/// When a memtable is absorbed, the compaction backlog beyond the allowance becomes debt, up
-/// to this many memtables' worth, to be worked off (by any thread) while the next memtable
-/// fills: fixed at the start of the fill, it is paid in proportion to the room writers use,
-/// never all at once when the memtable is full.
-const OBLIGATION_MEMTABLES: u64 = 2;
-
 /// One published shape of the trunk.
 pub struct Version {
     pub root: Arc<Node>,
@@ -1204,14 +1198,14 @@ impl Index for Stbe {
             .pending_units
             .load(Ordering::Relaxed)
             .saturating_sub(self.allowance());
-        self.obligation.store(
-            behind.min(
-                self.limits
-                    .memtable_units
-                    .saturating_mul(OBLIGATION_MEMTABLES),
-            ),
-            Ordering::Relaxed,
-        );
+        // The whole backlog beyond the allowance is owed while the next memtable fills, fixed
+        // now and paid in proportion to the room writers use (never all at once when the
+        // memtable is full). Each memtable makes about one memtable of compaction per level it
+        // descends, plus whole-leaf compactions: an obligation capped below that (it was two
+        // memtables) let the backlog, and with it space and read amplification, grow without
+        // bound whenever background threads fell behind (the conformance space test's file
+        // passed 3 times its first size with some 40 memtables' worth pending after a flush).
+        self.obligation.store(behind, Ordering::Relaxed);
         self.queue_units
             .fetch_add(mem.bytes().max(1), Ordering::Relaxed);
         self.queue.lock().push_back(mem);
@@ -1219,9 +1213,9 @@ impl Index for Stbe {
     }
 
     /// The queued memtables' units not yet built, plus the compaction obligation set when the
-    /// last memtable was absorbed (the backlog beyond an allowance of one node's T1 worth, at
-    /// most two memtables' worth, less what any thread compacted since), or, while the root is
-    /// full, all pending compaction units (at most two memtables' worth).
+    /// last memtable was absorbed (the whole backlog beyond an allowance of one node's T1 worth,
+    /// less what any thread compacted since), or, while the root is full, all pending
+    /// compaction units (at most two memtables' worth at a time).
     fn debt(&self) -> u64 {
         self.debt_units()
     }
