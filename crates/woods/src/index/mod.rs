@@ -5,6 +5,7 @@
 //! reorganisation; `debt` says how much is left before the next memtable can be absorbed.
 
 pub mod btree;
+pub mod committer;
 pub mod lsm;
 pub mod nbtree;
 pub mod stbe;

@@ -38,13 +38,14 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 
 use self::branch::{Branch, Key};
 use self::edit::{Claims, Editor, Effects, Ids};
 use self::node::{Child, Node};
 use self::policy::Limits;
 use self::task::{coalesce, Build, BuildOptions, KeyRanges, Probe, Source};
+use super::committer::{Committer, Durable};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::Entry;
 use crate::error::Result;
@@ -187,15 +188,6 @@ struct Committed {
     branches: HashMap<u64, Arc<Branch>>,
 }
 
-/// A commit handed to the committer thread.
-#[derive(Default)]
-struct CommitRequest {
-    requested: bool,
-    in_flight: bool,
-    shutdown: bool,
-    error: Option<crate::error::Error>,
-}
-
 /// The STBε-tree index: its state, shared with the committer thread.
 pub struct Shared {
     ctx: IndexContext,
@@ -218,8 +210,7 @@ pub struct Shared {
     obligation: AtomicU64,
     /// Memtables in the trunk whose commit is not yet durable, oldest first.
     awaiting: Mutex<VecDeque<Arc<Memtable>>>,
-    commit_req: Mutex<CommitRequest>,
-    commit_cv: Condvar,
+    committer: Committer,
     counters: Counters,
 }
 
@@ -242,8 +233,7 @@ impl Drop for Stbe {
         // The branches release their extents as they are dropped with the index; those pages
         // are what the last manifest names, so they must not be punched out of the file.
         self.shared.ctx.store.alloc().stop_punching();
-        self.shared.commit_req.lock().shutdown = true;
-        self.shared.commit_cv.notify_all();
+        self.shared.committer.shutdown();
         if let Some(h) = self.committer.take() {
             let _ = h.join();
         }
@@ -333,17 +323,12 @@ impl Stbe {
             root_blocked: AtomicBool::new(false),
             obligation: AtomicU64::new(0),
             awaiting: Mutex::new(VecDeque::new()),
-            commit_req: Mutex::new(CommitRequest::default()),
-            commit_cv: Condvar::new(),
+            committer: Committer::default(),
             counters: Counters::default(),
         };
         index.rederive_tasks();
         let shared = Arc::new(index);
-        let s2 = shared.clone();
-        let committer = std::thread::Builder::new()
-            .name("stbe-commit".into())
-            .spawn(move || s2.committer_loop())
-            .map_err(|e| crate::error::Error::io("starting the stbe commit thread", e))?;
+        let committer = Committer::spawn("stbe-commit", shared.clone(), |s| &s.committer)?;
         Ok(Stbe {
             shared,
             committer: Some(committer),
@@ -1062,7 +1047,7 @@ impl Shared {
     /// data file, then one manifest commit of the whole trunk listing the extents of branches
     /// it added and freed. Branches the old commit held and the new one does not are released
     /// when their last reader lets go. Returns whether it committed.
-    fn commit(&self) -> Result<bool> {
+    fn commit_published(&self) -> Result<bool> {
         let mut c = self.committed.lock();
         let t = std::time::Instant::now();
         let v = self.version();
@@ -1101,78 +1086,19 @@ impl Shared {
 
     /// Asks the committer thread for a commit of the published version.
     fn request_commit(&self) {
-        self.commit_req.lock().requested = true;
-        self.commit_cv.notify_all();
+        self.committer.request();
     }
 
-    /// Waits until no commit is requested or under way; returns the committer's error, if any.
     fn wait_commit(&self) -> Result<()> {
-        let mut r = self.commit_req.lock();
-        while (r.requested || r.in_flight) && r.error.is_none() && !r.shutdown {
-            self.commit_cv.wait(&mut r);
-        }
-        match &r.error {
-            Some(e) => Err(e.duplicate()),
-            None => Ok(()),
-        }
+        self.committer.wait()
     }
 
-    /// [`Shared::wait_commit`], giving up after `limit`.
     fn wait_commit_for(&self, limit: std::time::Duration) -> Result<()> {
-        let deadline = std::time::Instant::now() + limit;
-        let mut r = self.commit_req.lock();
-        while (r.requested || r.in_flight) && r.error.is_none() && !r.shutdown {
-            if self.commit_cv.wait_until(&mut r, deadline).timed_out() {
-                break;
-            }
-        }
-        match &r.error {
-            Some(e) => Err(e.duplicate()),
-            None => Ok(()),
-        }
+        self.committer.wait_for(limit)
     }
 
     fn commit_error(&self) -> Result<()> {
-        match &self.commit_req.lock().error {
-            Some(e) => Err(e.duplicate()),
-            None => Ok(()),
-        }
-    }
-
-    /// The committer thread: commits whenever asked, then lets go of the memtables that are
-    /// durable now. A failed commit is kept and returned by every later `work`.
-    fn committer_loop(&self) {
-        loop {
-            {
-                let mut r = self.commit_req.lock();
-                while !r.requested && !r.shutdown {
-                    self.commit_cv.wait(&mut r);
-                }
-                if r.shutdown || r.error.is_some() {
-                    r.requested = false;
-                    drop(r);
-                    self.commit_cv.notify_all();
-                    return;
-                }
-                r.requested = false;
-                r.in_flight = true;
-            }
-            let res = self.commit();
-            {
-                let durable = self.durable.load(Ordering::Acquire);
-                let mut a = self.awaiting.lock();
-                while a.front().is_some_and(|m| m.max_seq() <= durable) {
-                    a.pop_front();
-                }
-            }
-            let mut r = self.commit_req.lock();
-            r.in_flight = false;
-            if let Err(e) = res {
-                r.error = Some(e);
-            }
-            drop(r);
-            self.commit_cv.notify_all();
-        }
+        self.committer.error()
     }
 
     /// Whether the published version is not the committed one. (Never holds the version lock
@@ -1185,6 +1111,21 @@ impl Shared {
     /// Units of compaction that may be pending before writers are asked to help.
     fn allowance(&self) -> u64 {
         self.limits.node_units
+    }
+}
+
+impl Durable for Shared {
+    fn commit(&self) -> Result<bool> {
+        self.commit_published()
+    }
+
+    /// Lets go of the memtables that are durable now.
+    fn after_commit(&self) {
+        let durable = self.durable.load(Ordering::Acquire);
+        let mut a = self.awaiting.lock();
+        while a.front().is_some_and(|m| m.max_seq() <= durable) {
+            a.pop_front();
+        }
     }
 }
 

@@ -1,0 +1,136 @@
+//! A thread that makes an index's published versions durable (data file sync, then one
+//! manifest commit), so that no writer's paced step waits for an fsync.
+//!
+//! An index publishes each new in-memory version at once (readers use it) and asks its
+//! [`Committer`] for a commit; the thread commits whatever version is published when it gets
+//! to it, so a burst of steps costs one sync and one manifest record. Until a commit that no
+//! longer reaches an extent is durable, the index keeps a reference to the last committed
+//! version, which keeps that extent allocated (DESIGN.md's reuse rule). A failed commit is
+//! kept: every later [`Committer::error`] returns it, so the Db turns read-only.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+
+/// What a committer thread commits.
+pub trait Durable: Send + Sync + 'static {
+    /// Commits the published version if it is not the committed one; returns whether it did.
+    fn commit(&self) -> Result<bool>;
+    /// Runs after every commit attempt, successful or not.
+    fn after_commit(&self) {}
+}
+
+#[derive(Default)]
+struct Request {
+    requested: bool,
+    in_flight: bool,
+    shutdown: bool,
+    error: Option<Error>,
+}
+
+/// The committer's requests and its error; shared by the index and its thread.
+#[derive(Default)]
+pub struct Committer {
+    req: Mutex<Request>,
+    cv: Condvar,
+}
+
+impl Committer {
+    /// Starts the thread that commits `index` whenever asked, until [`Committer::shutdown`].
+    pub fn spawn<D: Durable>(
+        name: &str,
+        index: Arc<D>,
+        committer: fn(&D) -> &Committer,
+    ) -> Result<JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || committer(&index).run(&*index))
+            .map_err(|e| Error::io(format!("starting the {name} thread"), e))
+    }
+
+    /// Asks for a commit of the published version.
+    pub fn request(&self) {
+        self.req.lock().requested = true;
+        self.cv.notify_all();
+    }
+
+    /// Whether a commit is requested or under way.
+    pub fn busy(&self) -> bool {
+        let r = self.req.lock();
+        r.requested || r.in_flight
+    }
+
+    /// Waits until no commit is requested or under way; returns the committer's error, if any.
+    pub fn wait(&self) -> Result<()> {
+        self.wait_until(None)
+    }
+
+    /// [`Committer::wait`], giving up after `limit`.
+    pub fn wait_for(&self, limit: Duration) -> Result<()> {
+        self.wait_until(Some(Instant::now() + limit))
+    }
+
+    fn wait_until(&self, deadline: Option<Instant>) -> Result<()> {
+        let mut r = self.req.lock();
+        while (r.requested || r.in_flight) && r.error.is_none() && !r.shutdown {
+            match deadline {
+                Some(d) => {
+                    if self.cv.wait_until(&mut r, d).timed_out() {
+                        break;
+                    }
+                }
+                None => self.cv.wait(&mut r),
+            }
+        }
+        match &r.error {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        }
+    }
+
+    /// The error of a failed commit, if one failed.
+    pub fn error(&self) -> Result<()> {
+        match &self.req.lock().error {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the thread (after the commit under way, if any).
+    pub fn shutdown(&self) {
+        self.req.lock().shutdown = true;
+        self.cv.notify_all();
+    }
+
+    fn run(&self, index: &dyn Durable) {
+        loop {
+            {
+                let mut r = self.req.lock();
+                while !r.requested && !r.shutdown {
+                    self.cv.wait(&mut r);
+                }
+                if r.shutdown || r.error.is_some() {
+                    r.requested = false;
+                    drop(r);
+                    self.cv.notify_all();
+                    return;
+                }
+                r.requested = false;
+                r.in_flight = true;
+            }
+            let res = index.commit();
+            index.after_commit();
+            let mut r = self.req.lock();
+            r.in_flight = false;
+            if let Err(e) = res {
+                r.error = Some(e);
+            }
+            drop(r);
+            self.cv.notify_all();
+        }
+    }
+}
