@@ -44,6 +44,7 @@ use self::version::{
     decode_meta, encode_meta, height_of, node_at, replace_at, units, Cursor, DTree, Observed,
     Phase, SNode, Version,
 };
+use super::committer::{Committer, Durable};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -80,10 +81,12 @@ struct Counters {
     bound_misses: AtomicU64,
     max_call_units: AtomicU64,
     max_call_pages: AtomicU64,
+    commits: AtomicU64,
+    max_commit_us: AtomicU64,
 }
 
-/// The Nested B-tree index.
-pub struct NbTree {
+/// The Nested B-tree's state, shared with the thread that commits it.
+pub struct Tree {
     ctx: IndexContext,
     params: NbTreeParams,
     shape: Shape,
@@ -93,8 +96,47 @@ pub struct NbTree {
     job: Mutex<Option<Job>>,
     /// Upper bound of the work left (0: ready for the next memtable).
     debt: AtomicU64,
+    /// What the last durable commit covers (the published version's `seq` once committed).
     durable: AtomicU64,
+    /// The last committed version: it keeps every extent it reaches allocated, and through its
+    /// epoch every extent retired since, until a newer commit is durable.
+    committed: Mutex<Arc<Version>>,
+    committer: Committer,
     counters: Counters,
+}
+
+/// The Nested B-tree index: [`Tree`] and the thread that makes its versions durable (data file
+/// sync and manifest commit), so that no step of the job, and no writer paying debt, waits for
+/// an fsync.
+pub struct NbTree {
+    tree: Arc<Tree>,
+    commit_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for NbTree {
+    type Target = Tree;
+    fn deref(&self) -> &Tree {
+        &self.tree
+    }
+}
+
+impl NbTree {
+    /// Stops the commit thread (after the commit under way): nothing more becomes durable.
+    pub fn stop_committer(&mut self) {
+        self.tree.committer.shutdown();
+        if let Some(h) = self.commit_thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for NbTree {
+    fn drop(&mut self) {
+        // Extents retired since the last commit are released as the versions drop; the last
+        // manifest may still name them, so they must not be punched out of the file.
+        self.tree.ctx.store.alloc().stop_punching();
+        self.stop_committer();
+    }
 }
 
 /// The root's drain, before it commits.
@@ -151,22 +193,17 @@ impl Job {
 /// One commit's changes.
 struct Change {
     root: Arc<SNode>,
-    added: Vec<Arc<LazyRun>>,
     retired: Vec<Arc<LazyRun>>,
     durable_seq: Option<u64>,
     /// The cursor after this step (settled before it is persisted).
     cursor: Cursor,
 }
 
-fn leaf_with(run: Option<Run>) -> (SNode, Option<Arc<LazyRun>>) {
-    let lazy = run.map(|r| Arc::new(LazyRun::from_run(r)));
-    (
-        SNode {
-            dtree: lazy.clone().map(DTree::whole),
-            ..SNode::default()
-        },
-        lazy,
-    )
+fn leaf_with(run: Option<Run>) -> SNode {
+    SNode {
+        dtree: run.map(|r| DTree::whole(Arc::new(LazyRun::from_run(r)))),
+        ..SNode::default()
+    }
 }
 
 impl NbTree {
@@ -189,22 +226,26 @@ impl NbTree {
             (d.root, d.height, d.observed, d.cursor)
         };
         observed.sigma_max = observed.sigma_max.max(shape.sigma);
-        let version = Version {
+        let version = Arc::new(Version {
             root,
             height,
             cursor: cursor.clone(),
             observed,
+            seq: durable_seq,
+            gen: 0,
             _epoch: Epoch::new(ctx.store.clone()),
-        };
-        let tree = NbTree {
+        });
+        let tree = Tree {
             ctx,
             params,
             shape,
-            current: RwLock::new(Arc::new(version)),
+            current: RwLock::new(version.clone()),
             pending: Mutex::new(None),
             job: Mutex::new(None),
             debt: AtomicU64::new(0),
             durable: AtomicU64::new(durable_seq),
+            committed: Mutex::new(version),
+            committer: Committer::default(),
             counters: Counters::default(),
         };
         if let Some(cursor) = cursor {
@@ -225,9 +266,16 @@ impl NbTree {
             *tree.job.lock() = Some(job);
             tree.counters.jobs_resumed.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(tree)
+        let tree = Arc::new(tree);
+        let thread = Committer::spawn("nbtree-commit", tree.clone(), |t| &t.committer)?;
+        Ok(NbTree {
+            tree,
+            commit_thread: Some(thread),
+        })
     }
+}
 
+impl Tree {
     fn version(&self) -> Arc<Version> {
         self.current.read().clone()
     }
@@ -393,7 +441,6 @@ impl NbTree {
                         job,
                         Change {
                             root: v.root.clone(),
-                            added: Vec::new(),
                             retired: Vec::new(),
                             durable_seq: None,
                             cursor: job.cursor.clone(),
@@ -533,14 +580,13 @@ impl NbTree {
                 let mem = job.mem.clone();
                 let z = mem.as_ref().map_or(0, |m| m.bytes());
                 job.observed.max_sent = job.observed.max_sent.max(z);
-                let (root, lazy) = leaf_with(out.left);
+                let root = leaf_with(out.left);
                 let retired: Vec<_> = v.root.dtree.iter().map(|d| d.run.clone()).collect();
                 job.root = None;
                 self.commit(
                     job,
                     Change {
                         root: Arc::new(root),
-                        added: lazy.into_iter().collect(),
                         retired,
                         durable_seq: mem.map(|m| m.max_seq()),
                         cursor: Cursor {
@@ -570,11 +616,9 @@ impl NbTree {
                 job.observed.max_group = job.observed.max_group.max(st.max_group);
                 let mut n = (**node).clone();
                 let mut retired = Vec::new();
-                let mut added = Vec::new();
                 let old_child = &node.children[child];
                 retired.extend(old_child.dtree.iter().map(|d| d.run.clone()));
-                let (leaf, lazy) = leaf_with(out.left);
-                added.extend(lazy);
+                let leaf = leaf_with(out.left);
                 n.children[child] = Arc::new(SNode {
                     dtree: leaf.dtree,
                     ..(**old_child).clone()
@@ -629,7 +673,6 @@ impl NbTree {
                     job,
                     Change {
                         root,
-                        added,
                         retired,
                         durable_seq: None,
                         cursor,
@@ -647,15 +690,12 @@ impl NbTree {
                     .iter()
                     .map(|d| d.run.clone())
                     .collect();
-                let mut added = Vec::new();
-                let (left, l) = leaf_with(out.left);
-                added.extend(l);
+                let left = leaf_with(out.left);
                 // The next leaf to look at: past this one, or past both its halves.
                 let mut next = child + 1;
                 match (out.right, out.split_key) {
                     (Some(right), Some(key)) => {
-                        let (right, r) = leaf_with(Some(right));
-                        added.extend(r);
+                        let right = leaf_with(Some(right));
                         n.children[child] = Arc::new(left);
                         n.children.insert(child + 1, Arc::new(right));
                         n.keys.insert(child, key);
@@ -679,7 +719,6 @@ impl NbTree {
                     job,
                     Change {
                         root,
-                        added,
                         retired,
                         durable_seq: None,
                         cursor,
@@ -699,15 +738,12 @@ impl NbTree {
             .ok_or_else(|| Error::corruption("nbtree job", None, "split node vanished"))?
             .clone();
         let retired: Vec<_> = node.dtree.iter().map(|d| d.run.clone()).collect();
-        let mut added = Vec::new();
         let (key, small, large) = if node.is_leaf() {
             // The root leaf (spec Fig. 2): its d-tree split at its middle.
-            let (left, l) = leaf_with(out.left);
-            added.extend(l);
+            let left = leaf_with(out.left);
             match (out.right, out.split_key) {
                 (Some(right), Some(key)) => {
-                    let (right, r) = leaf_with(Some(right));
-                    added.extend(r);
+                    let right = leaf_with(Some(right));
                     (key, left, right)
                 }
                 (right, _) => {
@@ -718,7 +754,6 @@ impl NbTree {
                         job,
                         Change {
                             root: replace_at(&v.root, &path, left)?,
-                            added,
                             retired,
                             durable_seq: None,
                             cursor,
@@ -730,13 +765,7 @@ impl NbTree {
             // Standard B-tree promotion (spec P2): K_M goes up and stays in neither half.
             let m = node.keys.len() / 2;
             let key = node.keys[m].clone();
-            let mut lazy = |r: Option<Run>| {
-                r.map(|r| {
-                    let l = Arc::new(LazyRun::from_run(r));
-                    added.push(l.clone());
-                    DTree::whole(l)
-                })
-            };
+            let lazy = |r: Option<Run>| r.map(|r| DTree::whole(Arc::new(LazyRun::from_run(r))));
             let small = SNode {
                 keys: node.keys[..m].to_vec(),
                 children: node.children[..=m].to_vec(),
@@ -776,7 +805,6 @@ impl NbTree {
             job,
             Change {
                 root,
-                added,
                 retired,
                 durable_seq: None,
                 cursor,
@@ -795,12 +823,11 @@ impl NbTree {
         let z = mem.as_ref().map_or(0, |m| m.bytes());
         job.observed.max_sent = job.observed.max_sent.max(z);
         let mut root = (*v.root).clone();
-        let (mut added, mut retired) = (Vec::new(), Vec::new());
+        let mut retired = Vec::new();
         for (child, run) in built {
             let old = &v.root.children[child];
             retired.extend(old.dtree.iter().map(|d| d.run.clone()));
-            let (leaf, lazy) = leaf_with(run);
-            added.extend(lazy);
+            let leaf = leaf_with(run);
             root.children[child] = Arc::new(SNode {
                 dtree: leaf.dtree,
                 ..(**old).clone()
@@ -810,7 +837,6 @@ impl NbTree {
             job,
             Change {
                 root: Arc::new(root),
-                added,
                 retired,
                 durable_seq: mem.map(|m| m.max_seq()),
                 cursor: Cursor {
@@ -823,41 +849,22 @@ impl NbTree {
         Ok(())
     }
 
-    /// Makes a step durable and visible: data file synced, manifest committed (with the settled
-    /// cursor), new version published; replaced d-trees are released once no reader holds a
-    /// version that reaches them.
+    /// Makes a step visible and asks for it to be made durable: the new version (with the
+    /// settled cursor) is published at once, and the committer thread syncs the data file and
+    /// commits it to the manifest (with whatever steps follow before it gets to it). Replaced
+    /// d-trees are released once no reader holds a version that reaches them and a commit that
+    /// no longer names them is durable.
     fn commit(&self, job: &mut Job, change: Change) -> Result<()> {
         let (cursor, action) = settle(&change.root, change.cursor, self.shape)?;
         let persisted = (action != Action::Done).then(|| cursor.clone());
         let height = height_of(&change.root);
         let mut observed = job.observed;
         observed.sigma_max = observed.sigma_max.max(self.shape.sigma);
-        if !change.added.is_empty() {
-            self.ctx.store.sync()?;
-        }
-        let added: Vec<Extent> = change
-            .added
-            .iter()
-            .flat_map(|r| r.meta().extents.iter().copied())
-            .collect();
         let freed: Vec<Extent> = change
             .retired
             .iter()
             .flat_map(|r| r.meta().extents.iter().copied())
             .collect();
-        let durable_seq = change
-            .durable_seq
-            .unwrap_or_else(|| self.durable.load(Ordering::Acquire));
-        let r = self.ctx.manifest.commit(Commit {
-            index_meta: encode_meta(&change.root, height, &observed, persisted.as_ref()),
-            durable_seq,
-            added,
-            freed: freed.clone(),
-        });
-        // A failed commit may still have reached the manifest (a write that went through, then
-        // a failed sync): its new runs stay allocated. The Db is read-only from here, and a
-        // reopen rebuilds the allocator from what the manifest holds.
-        r?;
         {
             let mut cur = self.current.write();
             let epoch = cur._epoch.advance(freed);
@@ -866,10 +873,12 @@ impl NbTree {
                 height,
                 cursor: persisted,
                 observed,
+                seq: change.durable_seq.unwrap_or(cur.seq),
+                gen: cur.gen + 1,
                 _epoch: epoch,
             });
         }
-        self.durable.store(durable_seq, Ordering::Release);
+        self.committer.request();
         job.cursor = cursor;
         job.observed = observed;
         self.counters.job_steps.fetch_add(1, Ordering::Relaxed);
@@ -908,6 +917,46 @@ impl NbTree {
         }
     }
 
+    /// Commits the published version if it is not the committed one: syncs the data file (when
+    /// it has new d-trees), then one manifest commit of the whole s-tree listing the extents it
+    /// reaches that the last commit did not (added) and the other way round (freed). Returns
+    /// whether it committed.
+    fn commit_published(&self) -> Result<bool> {
+        let mut c = self.committed.lock();
+        let t = std::time::Instant::now();
+        let v = self.version();
+        if v.gen == c.gen {
+            return Ok(false);
+        }
+        let (now, before) = (extents_of(&v.root), extents_of(&c.root));
+        let added: Vec<Extent> = now.difference(&before).copied().collect();
+        let freed: Vec<Extent> = before.difference(&now).copied().collect();
+        if !added.is_empty() {
+            self.ctx.store.sync()?;
+        }
+        // A failed commit may still have reached the manifest (a write that went through, then
+        // a failed sync): the committed version stays, so its runs stay allocated. The Db is
+        // read-only from here, and a reopen rebuilds the allocator from what the manifest holds.
+        self.ctx.manifest.commit(Commit {
+            index_meta: encode_meta(&v.root, v.height, &v.observed, v.cursor.as_ref()),
+            durable_seq: v.seq,
+            added,
+            freed,
+        })?;
+        *c = v.clone();
+        self.durable.store(v.seq, Ordering::Release);
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.counters.max_commit_us.fetch_max(us, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version().gen;
+        published != self.committed.lock().gen
+    }
+
     fn note_call(&self, units: u64, pages: u64) {
         let c = &self.counters;
         c.work_calls.fetch_add(1, Ordering::Relaxed);
@@ -918,6 +967,25 @@ impl NbTree {
     fn written_pages(&self) -> u64 {
         let io = self.ctx.store.counters().snapshot();
         (io.written(Purpose::Flush) + io.written(Purpose::Merge)) / PAGE_SIZE as u64
+    }
+}
+
+/// Every extent of every d-tree of the tree.
+fn extents_of(root: &SNode) -> std::collections::HashSet<Extent> {
+    let mut out = std::collections::HashSet::new();
+    let mut stack = vec![root];
+    while let Some(n) = stack.pop() {
+        if let Some(d) = &n.dtree {
+            out.extend(d.run.meta().extents.iter().copied());
+        }
+        stack.extend(n.children.iter().map(|c| &**c));
+    }
+    out
+}
+
+impl Durable for Tree {
+    fn commit(&self) -> Result<bool> {
+        self.commit_published()
     }
 }
 
@@ -947,10 +1015,21 @@ impl Index for NbTree {
     }
 
     fn work(&self, budget: u64) -> Result<u64> {
+        self.committer.error()?;
         let mut slot = self.job.lock();
         if slot.is_none() {
             let Some((mem, bound)) = self.pending.lock().take() else {
-                return Ok(0);
+                drop(slot);
+                if !self.dirty() && !self.committer.busy() {
+                    return Ok(0);
+                }
+                // Nothing to do but make the tree durable (the committer does the I/O). A
+                // writer whose debt just ended waits for it at most a moment; a flush or drain
+                // calls again until it is done.
+                self.committer.request();
+                self.committer
+                    .wait_for(std::time::Duration::from_millis(1))?;
+                return Ok(1);
             };
             *slot = Some(self.start_job(mem, bound)?);
         }
@@ -978,6 +1057,10 @@ impl Index for NbTree {
 
     fn durable_seq(&self) -> u64 {
         self.durable.load(Ordering::Acquire)
+    }
+
+    fn background_work(&self) -> bool {
+        self.debt() > 0 || self.dirty() || self.committer.busy()
     }
 
     /// Top down along the key's path (spec §3.9): each d-tree's live part is searched only
@@ -1042,6 +1125,8 @@ impl Index for NbTree {
             ("bound_misses", &c.bound_misses),
             ("max_work_call_units", &c.max_call_units),
             ("max_work_call_pages", &c.max_call_pages),
+            ("commits", &c.commits),
+            ("max_commit_us", &c.max_commit_us),
         ] {
             s.counters.insert(k.into(), a.load(Ordering::Relaxed));
         }

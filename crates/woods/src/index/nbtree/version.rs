@@ -167,6 +167,10 @@ pub struct Version {
     /// The committed position of the job in flight, if one is (`None` between jobs).
     pub cursor: Option<Cursor>,
     pub observed: Observed,
+    /// Every write up to this sequence number is in the tree (Z's last, after the root's drain).
+    pub seq: u64,
+    /// Publication number: a version is committed when the committed one has its number.
+    pub gen: u64,
     pub(super) _epoch: Arc<Epoch>,
 }
 
