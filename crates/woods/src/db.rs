@@ -119,6 +119,11 @@ struct Inner {
     counters: Counters,
     /// Pacing credit owed by writers but not yet worked off.
     pace_owed: AtomicU64,
+    /// The pacing schedule: the debt when it started and the memtable room left then. Writers
+    /// work only while the debt is above the straight line from there to zero at the end of
+    /// the memtable (`Inner::on_schedule`).
+    sched_debt: AtomicU64,
+    sched_room: AtomicU64,
     /// Whether writers pace by debt (every kind but `lsm`, which keeps LevelDB's stall rules).
     paced: bool,
     io: Arc<IoCounters>,
@@ -309,6 +314,8 @@ impl Db {
             work_cv: Condvar::new(),
             counters: Counters::default(),
             pace_owed: AtomicU64::new(0),
+            sched_debt: AtomicU64::new(0),
+            sched_room: AtomicU64::new(0),
             paced,
             io,
             _lock: lock,
@@ -743,7 +750,10 @@ impl Inner {
 
     /// Debt pacing: a writer works off debt in proportion to the memtable room it used, so the
     /// index is ready for the next memtable when the active one fills, and no writer ever waits
-    /// for a whole reorganisation.
+    /// for a whole reorganisation. The spec's "background worker with back-pressure" (NB-tree
+    /// §3.7): a writer works only while the debt is behind its schedule, so while background
+    /// threads keep up no writer waits at all, and what a writer does is never more than its
+    /// proportional share.
     fn pace(&self, used: u64) -> Result<()> {
         if !self.paced {
             return Ok(());
@@ -761,10 +771,17 @@ impl Inner {
         // Credit accumulates until it is worth one step, so that structures whose steps have a
         // fixed cost (a B-tree path rewrite) are not driven one entry at a time.
         let owed = self.pace_owed.fetch_add(credit, Ordering::Relaxed) + credit;
-        if owed < self.step_bytes() && owed < debt {
+        let behind = debt.saturating_sub(self.on_schedule(debt, room));
+        if behind == 0 {
+            // Background work is ahead of the schedule: nothing is owed.
+            self.pace_owed.store(0, Ordering::Relaxed);
             return Ok(());
         }
-        let take = self.pace_owed.swap(0, Ordering::Relaxed).min(debt);
+        let take = owed.min(behind);
+        if take < self.step_bytes() && take < debt {
+            return Ok(());
+        }
+        let take = self.pace_owed.swap(0, Ordering::Relaxed).min(behind);
         if take == 0 {
             return Ok(());
         }
@@ -775,6 +792,24 @@ impl Inner {
         self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
         self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The debt the schedule allows with `room` bytes of the active memtable left: a straight
+    /// line from the debt when the schedule started to zero when the room left is a sixteenth
+    /// of the memtable (slack for the last writes, which may not all fit). A debt above the
+    /// schedule's start (new work, or the first write after open) starts a new schedule.
+    fn on_schedule(&self, debt: u64, room: u64) -> u64 {
+        let margin = self.opts.memtable_bytes / 16;
+        let mut d0 = self.sched_debt.load(Ordering::Relaxed);
+        let mut r0 = self.sched_room.load(Ordering::Relaxed);
+        if debt > d0 || room > r0 {
+            self.sched_debt.store(debt, Ordering::Relaxed);
+            self.sched_room.store(room, Ordering::Relaxed);
+            (d0, r0) = (debt, room);
+        }
+        let left = room.saturating_sub(margin) as u128;
+        let span = r0.saturating_sub(margin).max(1) as u128;
+        (d0 as u128 * left.min(span) / span) as u64
     }
 
     /// The work one background step or paced step does: 1/256 of a memtable (at least 16 KiB),
@@ -793,10 +828,12 @@ impl Inner {
     /// Makes room for `needed` more bytes in the active memtable: returns as soon as it has
     /// them (another writer may have swapped it meanwhile), else waits, working inline in
     /// bounded steps, until the index can take the active memtable, and swaps it.
-    /// `u64::MAX`: swap whatever the active memtable holds.
+    /// `u64::MAX`: swap whatever the active memtable holds (a flush: no writer waits, so no
+    /// stall is recorded).
     fn make_room(&self, needed: u64) -> Result<()> {
         let t = Instant::now();
         let mut waited = false;
+        let writing = needed != u64::MAX;
         loop {
             let mut w = self.writer.lock();
             self.check_failed()?;
@@ -817,7 +854,7 @@ impl Inner {
                 return Ok(());
             }
             drop(w);
-            waited = true;
+            waited = writing;
             self.do_work(self.step_bytes())?;
         }
     }
@@ -849,6 +886,10 @@ impl Inner {
             .fetch_add(1, Ordering::Relaxed);
         let r = self.index.absorb(old);
         self.note(r)?;
+        // A new pacing schedule: the absorbed memtable's work, over the new memtable's room.
+        self.sched_debt.store(self.index.debt(), Ordering::Relaxed);
+        self.sched_room
+            .store(self.opts.memtable_bytes, Ordering::Relaxed);
         self.work_cv.notify_all();
         Ok(())
     }
