@@ -842,7 +842,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         device_write_amp: write_amp(dev.written),
         device_unreadable: dev.why_not,
         device_warning,
-        own,
+        own: own.clone(),
         write_amp: write_amp(proc_written),
         write_amp_no_wal: write_amp(no_wal(proc_written)),
         own_write_amp: write_amp(own.written),

@@ -82,7 +82,7 @@ impl EngineConfig {
 }
 
 /// The engine's own account of its device writes, where it keeps one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnCounters {
     /// Every byte the engine says it wrote (write-ahead log included), if it counts them.
     pub written: Option<u64>,
@@ -98,6 +98,10 @@ pub struct OwnCounters {
     /// its log, manifest, data file and directory).
     #[serde(default)]
     pub syncs: Option<u64>,
+    /// The index's own counters at the end of the phase, where the engine has them (woods:
+    /// `Stats::index.counters`, e.g. compactions, pacing-relevant maxima such as `max_work_us`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub index: std::collections::BTreeMap<String, u64>,
 }
 
 /// What an engine records of the time writes spent waiting for index work or memtable room:

@@ -110,6 +110,7 @@ impl Engine for WoodsEngine {
                 pacing_max_ns: ns(st.pacing_max),
             }),
             syncs: Some(io.syncs),
+            index: st.index.counters,
         }
     }
 
