@@ -44,6 +44,8 @@ mod tests {
         let cfg = EngineConfig {
             memory_bytes: 8 << 20,
             direct_io: false,
+            sync: false,
+            no_wal: false,
         };
         let mut e = open_current(dir.path(), &cfg).unwrap();
         assert_eq!(e.name(), NAME);

@@ -195,6 +195,11 @@ pub struct BenchArgs {
     /// synced per write].
     #[arg(long)]
     pub sync: bool,
+    /// Write without a write-ahead log, where the engine can (woods `Options::wal = false`,
+    /// RocksDB `WriteOptions::disable_wal`; LMDB and redb have none anyway; LevelDB and fjall
+    /// cannot, and fail): a bulk load that a crash may lose until the engine's next flush.
+    #[arg(long, conflicts_with = "sync")]
+    pub no_wal: bool,
     /// Also write every figure as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -439,6 +444,15 @@ pub fn sync_words(sync: bool) -> &'static str {
     }
 }
 
+/// Whether a run's writes went through a write-ahead log, for its messages and summary.
+pub fn wal_words(no_wal: bool) -> &'static str {
+    if no_wal {
+        "NO write-ahead log (--no-wal)"
+    } else {
+        "write-ahead log on"
+    }
+}
+
 /// How the memory budget was given and held.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct MemoryReport {
@@ -484,6 +498,9 @@ pub struct BenchReport {
     /// `--sync`: every write of every engine was synced to the device before it returned.
     #[serde(default)]
     pub sync: bool,
+    /// `--no-wal`: the engines wrote without their write-ahead logs.
+    #[serde(default)]
+    pub no_wal: bool,
     pub seed: u64,
     pub results: Vec<EngineResult>,
     /// Engines that failed, with why.
@@ -571,6 +588,7 @@ fn run_parent(
         memory_bytes,
         direct_io,
         sync: args.sync,
+        no_wal: args.no_wal,
     };
     let split = config.split();
     let spec_for = |name: &str, dir: PathBuf| RunSpec {
@@ -641,8 +659,8 @@ fn run_parent(
     let _ = writeln!(
         err,
         "woods bench: {records} records of {}+{} bytes ({}); phases {}; {} client thread(s); \
-         memory budget {} per engine (cache {}, write buffers 2 x {}), direct I/O {}, {}, seed \
-         {}, databases under {} ({})",
+         memory budget {} per engine (cache {}, write buffers 2 x {}), direct I/O {}, {}, {}, \
+         seed {}, databases under {} ({})",
         args.key_size,
         args.value_size,
         report::bytes(data as f64),
@@ -653,6 +671,7 @@ fn run_parent(
         report::bytes(split.write_buffer_bytes as f64),
         if direct_io { "requested" } else { "off" },
         sync_words(args.sync),
+        wal_words(args.no_wal),
         args.seed,
         base.display(),
         machine
@@ -756,6 +775,12 @@ fn run_parent(
             "SYNCED WRITES (--sync): every write of every engine was synced to the device"
         );
     }
+    if args.no_wal {
+        let _ = writeln!(
+            out,
+            "NO WRITE-AHEAD LOG (--no-wal): the engines wrote without their logs"
+        );
+    }
     let _ = write!(out, "{}", report::table(&results));
     if results.iter().any(|r| {
         r.phases
@@ -803,6 +828,7 @@ fn run_parent(
         memory_bytes,
         direct_io_requested: direct_io,
         sync: args.sync,
+        no_wal: args.no_wal,
         seed: args.seed,
         results,
         failures: failures.clone(),

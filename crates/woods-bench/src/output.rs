@@ -117,6 +117,13 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
              device before it returned; compare these figures only with other synced runs.\n"
         );
     }
+    if rep.no_wal {
+        let _ = writeln!(
+            s,
+            "> **No write-ahead log** (`--no-wal`): the engines wrote without their logs (a bulk \
+             load that a crash may lose); compare these figures only with other such runs.\n"
+        );
+    }
     let _ = writeln!(s, "```\n{}\n```\n", rep.command);
     let _ = writeln!(
         s,
@@ -223,8 +230,8 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
     let data = rep.records * (rep.key_size + rep.value_size) as u64;
     let _ = writeln!(
         s,
-        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); {}; seed \
-         {}",
+        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); {}{}; \
+         seed {}",
         rep.records,
         rep.key_size,
         rep.value_size,
@@ -235,6 +242,11 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
             "**every write synced** to the device (`--sync`)"
         } else {
             "writes not synced per write (no `--sync`)"
+        },
+        if rep.no_wal {
+            "; **no write-ahead log** (`--no-wal`)"
+        } else {
+            ""
         },
         rep.seed
     );

@@ -57,6 +57,7 @@ fn every_engine_in_a_child() {
                 memory_bytes: 2 << 20,
                 direct_io: true,
                 sync: false,
+                no_wal: false,
             },
             phases: vec![
                 Phase {
@@ -100,6 +101,7 @@ fn ycsb_scans_and_deletes_in_children() {
                 memory_bytes: 2 << 20,
                 direct_io: true,
                 sync: false,
+                no_wal: false,
             },
             phases: vec![
                 phase(Workload::YcsbLoad, 0),

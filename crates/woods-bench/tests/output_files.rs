@@ -22,6 +22,7 @@ fn run(dir: &Path, engine: &str) -> EngineResult {
             memory_bytes: 2 << 20,
             direct_io: true,
             sync: false,
+            no_wal: false,
         },
         phases: vec![
             phase(Workload::FillRandom, 0),
@@ -97,6 +98,7 @@ fn out_dir_holds_json_charts_and_summary() {
         memory_bytes: 2 << 20,
         direct_io_requested: true,
         sync: false,
+        no_wal: false,
         seed: 5,
         results,
         failures: vec![("woods:nope".into(), "it fell over".into())],

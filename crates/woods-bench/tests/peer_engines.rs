@@ -30,6 +30,7 @@ fn cfg() -> EngineConfig {
         memory_bytes: 2 << 20,
         direct_io: true,
         sync: false,
+        no_wal: false,
     }
 }
 
@@ -264,6 +265,38 @@ fn sync_writes_reach_the_device_one_by_one() {
         assert!(
             unsynced < writes * page / 4,
             "{name}: {writes} unsynced writes dirtied {unsynced} bytes, as if synced"
+        );
+    }
+}
+
+/// `--no-wal`: RocksDB writes no log bytes and keeps every write through its flush at close;
+/// LMDB and redb have no log anyway; LevelDB and fjall cannot run without theirs and refuse.
+#[test]
+fn no_wal_is_kept_or_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = EngineConfig {
+        no_wal: true,
+        ..cfg()
+    };
+    for name in ["rocksdb", "lmdb", "redb"] {
+        let dir = tmp.path().join(name);
+        let db = engine::open(name, &dir, &cfg).unwrap();
+        write_scenario(db.as_ref());
+        let mut db = db;
+        db.drain().unwrap();
+        if let Some(wal) = db.counters().wal_written {
+            assert_eq!(wal, 0, "{name}: {wal} log bytes without a log");
+        }
+        db.close().unwrap();
+        let db = engine::open(name, &dir, &cfg).unwrap();
+        check_reads(name, db.as_ref(), &expected());
+        db.close().unwrap();
+    }
+    for name in ["leveldb", "fjall"] {
+        let e = engine::open(name, &tmp.path().join(name), &cfg).err();
+        assert!(
+            e.is_some_and(|e| e.to_string().contains("--no-wal")),
+            "{name} opened without its log"
         );
     }
 }

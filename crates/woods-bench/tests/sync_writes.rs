@@ -21,6 +21,7 @@ fn spec(dir: &Path, engine: &str, sync: bool) -> RunSpec {
             memory_bytes: 1 << 20,
             direct_io: true,
             sync,
+            no_wal: false,
         },
         phases: vec![
             phase(Workload::YcsbLoad, 0),

@@ -140,6 +140,7 @@ fn spec(dir: &Path, phases: &[(Workload, u64)]) -> RunSpec {
             memory_bytes: 1 << 20,
             direct_io: true,
             sync: false,
+            no_wal: false,
         },
         phases: phases
             .iter()

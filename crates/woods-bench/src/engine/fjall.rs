@@ -36,6 +36,11 @@ impl FjallEngine {
     /// `Database::persist(PersistMode::SyncData)` (an `fdatasync` of the journal; fjall has no
     /// per-write sync option). fjall has no direct I/O.
     pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<FjallEngine> {
+        if cfg.no_wal {
+            return Err(BenchError::new(
+                "fjall cannot write without its write-ahead log (--no-wal)",
+            ));
+        }
         std::fs::create_dir_all(dir)
             .map_err(|e| BenchError::new(format!("creating {}: {e}", dir.display())))?;
         let split = cfg.split();

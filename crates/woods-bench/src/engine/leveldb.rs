@@ -207,6 +207,11 @@ impl LevelDbEngine {
     /// share (LevelDB keeps one more, immutable, while it is flushed) and an LRU block cache of
     /// the rest. LevelDB has no direct I/O.
     pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<LevelDbEngine> {
+        if cfg.no_wal {
+            return Err(BenchError::new(
+                "LevelDB cannot write without its write-ahead log (--no-wal)",
+            ));
+        }
         std::fs::create_dir_all(dir)
             .map_err(|e| BenchError::new(format!("creating {}: {e}", dir.display())))?;
         let name = CString::new(dir.as_os_str().as_bytes())

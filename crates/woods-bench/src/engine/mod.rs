@@ -56,6 +56,11 @@ pub struct EngineConfig {
     /// written to the OS, not synced.
     #[serde(default)]
     pub sync: bool,
+    /// Write without a write-ahead log (`--no-wal`: a bulk load whose writes reach the device
+    /// only with the engine's own flushes), where the engine can; an adapter that cannot refuses
+    /// to open.
+    #[serde(default)]
+    pub no_wal: bool,
 }
 
 /// How a memory budget is divided between write buffers and the read cache.
@@ -286,6 +291,7 @@ mod tests {
                 memory_bytes: b,
                 direct_io: true,
                 sync: false,
+                no_wal: false,
             }
             .split();
             assert_eq!(s.cache_bytes + 2 * s.write_buffer_bytes, b, "{b}");
@@ -321,6 +327,7 @@ mod tests {
             memory_bytes: 1 << 20,
             direct_io: false,
             sync: false,
+            no_wal: false,
         };
         let e = open_with("other:lsm", &tmp, &cfg, extra).unwrap();
         e.put(b"k", b"v").unwrap();

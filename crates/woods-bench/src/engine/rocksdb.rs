@@ -98,7 +98,8 @@ impl RocksDbEngine {
         let db = DB::open(&opts, dir).map_err(|e| err("open", e))?;
         let mut write_opts = WriteOptions::default();
         write_opts.set_sync(cfg.sync);
-        write_opts.disable_wal(false);
+        // `--no-wal`: RocksDB's own bulk-load setting; the memtable flush is what persists.
+        write_opts.disable_wal(cfg.no_wal);
         Ok(RocksDbEngine {
             name,
             db: Some(db),

@@ -21,7 +21,8 @@ impl WoodsEngine {
     /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`) in `dir`. The
     /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
     /// cache; the write-ahead log is on with buffered durability, as for every engine, or with
-    /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns.
+    /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns; with
+    /// `cfg.no_wal` there is no log (`Options::wal = false`).
     pub fn open(kind: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
         let index = IndexKind::from_name(kind).map_err(|e| err("index kind", e))?;
         let split = cfg.split();
@@ -30,7 +31,7 @@ impl WoodsEngine {
             cache_bytes: split.cache_bytes,
             memtable_bytes: split.write_buffer_bytes,
             direct_io: cfg.direct_io,
-            wal: true,
+            wal: !cfg.no_wal,
             durability: if cfg.sync {
                 Durability::Sync
             } else {
