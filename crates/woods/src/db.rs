@@ -359,7 +359,12 @@ impl Db {
         let inner = match Arc::try_unwrap(inner) {
             Ok(mut i) => {
                 if i.opts.wal {
-                    let w = WalWriter::create(fs.clone(), &dir, next_wal, i.io.clone())?;
+                    // A memtable's records take less log than the memtable charges them (key,
+                    // value and 64 bytes an entry, against a record's 20 bytes and a few per
+                    // entry), so one memtable's log fits the preallocated part of its file.
+                    let prealloc = (i.opts.memtable_bytes + wal::WAL_HEADER_LEN as u64)
+                        .next_multiple_of(64 << 10);
+                    let w = WalWriter::create(fs.clone(), &dir, next_wal, i.io.clone(), prealloc)?;
                     i.mems.get_mut().active = Arc::new(Memtable::new(next_wal));
                     i.writer.get_mut().next_wal = next_wal + 1;
                     i.wal = Some(w);

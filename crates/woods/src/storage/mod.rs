@@ -19,7 +19,7 @@ pub use aligned::AlignedBuf;
 pub use alloc::{Allocator, Extent};
 pub use fault::{FaultFs, FaultPlan};
 pub use pagefile::{seal_page, verify, PageFile, PAGE_BODY, PAGE_SIZE};
-pub use real::RealFs;
+pub use real::{RealFs, SharedMap};
 
 use crate::error::Result;
 
@@ -67,6 +67,15 @@ pub trait File: Send + Sync {
     /// overwriting them. A file system that cannot punch holes does nothing.
     fn punch_hole(&self, _off: u64, _len: u64) -> Result<()> {
         Ok(())
+    }
+    /// Allocates the first `len` bytes of the file (extending it with zeros) and maps them for
+    /// writing, shared with the page cache: bytes stored through the map are in the OS when the
+    /// store returns, as after [`File::write_all_at`], and [`File::sync`] makes them durable.
+    /// `None` where the backend or the file system cannot (the fault-injecting backend, a file
+    /// system without `fallocate`): the caller writes with `write_all_at` instead. The space is
+    /// allocated up front, so a full device is an error here, never a fault in a later store.
+    fn map_for_append(&self, _len: u64) -> Result<Option<SharedMap>> {
+        Ok(None)
     }
 }
 

@@ -199,4 +199,91 @@ impl File for RealFile {
     fn is_direct(&self) -> bool {
         self.direct
     }
+
+    fn map_for_append(&self, len: u64) -> Result<Option<SharedMap>> {
+        let (Ok(l), Ok(n)) = (i64::try_from(len), usize::try_from(len)) else {
+            return Ok(None);
+        };
+        if n == 0 {
+            return Ok(None);
+        }
+        let fd = self.file.as_raw_fd();
+        // SAFETY: fallocate on a descriptor this file owns; it touches no memory of ours.
+        if unsafe { libc::fallocate(fd, 0, 0, l) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(None),
+                _ => Err(Error::io(
+                    format!("allocating {len} bytes of {}", self.name),
+                    e,
+                )),
+            };
+        }
+        // SAFETY: a new shared mapping of `n` bytes of a descriptor this file owns, now at
+        // least `n` bytes long; the kernel picks the address. The mapping keeps the file open
+        // on its own, and `SharedMap` unmaps it exactly once.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Ok(None);
+        }
+        Ok(Some(SharedMap {
+            ptr: ptr.cast(),
+            len: n,
+        }))
+    }
+}
+
+/// The first bytes of a file mapped for writing and shared with the page cache
+/// ([`File::map_for_append`]); unmapped when dropped (what was stored stays in the page cache,
+/// and in the file).
+pub struct SharedMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; writes need `&mut self`.
+unsafe impl Send for SharedMap {}
+// SAFETY: `&self` gives no access to the memory.
+unsafe impl Sync for SharedMap {}
+
+impl SharedMap {
+    /// Bytes mapped (from offset 0 of the file).
+    pub fn len(&self) -> u64 {
+        self.len as u64
+    }
+
+    /// Whether nothing is mapped (never: a mapping has at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Stores `buf` at file offset `off`; returns false, storing nothing, if it does not fit.
+    pub fn write_at(&mut self, buf: &[u8], off: u64) -> bool {
+        let Ok(off) = usize::try_from(off) else {
+            return false;
+        };
+        if off.checked_add(buf.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: `off..off + buf.len()` is inside the mapping (checked above), which lives as
+        // long as `self`; `buf` is ordinary memory, not part of the mapping.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), self.ptr.add(off), buf.len()) };
+        true
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `map_for_append`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
 }

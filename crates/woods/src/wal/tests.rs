@@ -22,7 +22,14 @@ fn payload(i: usize) -> Vec<u8> {
 }
 
 fn writer(fs: &FaultFs, number: u64, counters: &Arc<IoCounters>) -> WalWriter {
-    WalWriter::create(Arc::new(fs.clone()), &dir(), number, counters.clone()).unwrap()
+    WalWriter::create(
+        Arc::new(fs.clone()),
+        &dir(),
+        number,
+        counters.clone(),
+        64 << 10,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -407,6 +414,7 @@ fn wal_group_commit_shares_syncs_across_threads() {
             &dir(),
             1,
             counters.clone(),
+            0,
         )
         .unwrap(),
     );
@@ -515,4 +523,91 @@ fn wal_records_read_after_a_process_crash_are_sealed_before_new_ones() {
             b"new".to_vec()
         ]
     );
+}
+
+/// On the real file system the live file's first bytes are preallocated and mapped: records
+/// stored there and past the map's end (written), across a rotation, all replay in order after
+/// the writer vanishes without its drop (a crash: the map's tail of zeros is still there and
+/// reads as the end of the records); a dropped writer cuts its file back to its records.
+#[test]
+fn mapped_files_replay_after_a_crash_and_are_cut_when_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs: Arc<dyn Fs> = Arc::new(crate::storage::RealFs);
+    let counters = Arc::new(IoCounters::default());
+    let prealloc = 64 << 10;
+    let w = WalWriter::create(fs.clone(), tmp.path(), 1, counters.clone(), prealloc).unwrap();
+    let file1 = wal_file_path(tmp.path(), 1);
+    assert_eq!(
+        std::fs::metadata(&file1).unwrap().len(),
+        prealloc,
+        "preallocated"
+    );
+    let mut want = Vec::new();
+    // About 100 KiB: past the 64 KiB mapped, so the last records are written past the map.
+    for i in 0..600 {
+        w.append(&payload(i)).unwrap();
+        want.push(payload(i));
+    }
+    w.rotate(2).unwrap();
+    // The rotated file is cut back to its records (no tail of zeros).
+    let len1 = std::fs::metadata(&file1).unwrap().len();
+    assert_eq!(len1, w.bytes_written() - WAL_HEADER_LEN as u64);
+    for i in 600..700 {
+        w.append(&payload(i)).unwrap();
+        want.push(payload(i));
+    }
+    // A crash: no drop, so no cut; file 2 keeps its preallocated tail of zeros.
+    std::mem::forget(w);
+    let file2 = wal_file_path(tmp.path(), 2);
+    assert_eq!(std::fs::metadata(&file2).unwrap().len(), prealloc);
+    let r = replay(fs.as_ref(), tmp.path(), &counters).unwrap();
+    assert!(!r.torn, "{:?}", r.torn_at);
+    assert_eq!(r.records, want);
+
+    // A writer that is dropped leaves its file exactly as long as its records.
+    let w = WalWriter::create(fs.clone(), tmp.path(), 3, counters.clone(), prealloc).unwrap();
+    let end = (0..10)
+        .map(|i| w.append(&payload(i)).unwrap())
+        .last()
+        .unwrap();
+    drop(w);
+    let len3 = std::fs::metadata(wal_file_path(tmp.path(), 3))
+        .unwrap()
+        .len();
+    assert_eq!(len3, WAL_HEADER_LEN as u64 + end);
+}
+
+/// Zeros are the end of a file's records only when nothing but zeros follows: a zeroed stretch
+/// with a record after it (a page the OS never wrote back, before one it did) is a tear.
+#[test]
+fn zeros_before_more_data_are_a_tear() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    for i in 0..5 {
+        w.append(&payload(i)).unwrap();
+    }
+    drop(w);
+    let path = wal_file_path(&dir(), 1);
+    let file = fs
+        .open(
+            &path,
+            OpenMode {
+                create: false,
+                direct: false,
+            },
+        )
+        .unwrap();
+    let len = file.len().unwrap();
+    // 100 zero bytes, then a valid record.
+    file.write_all_at(&[0u8; 100], len).unwrap();
+    file.write_all_at(&frame_record(&payload(9)), len + 100)
+        .unwrap();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert!(r.torn);
+    assert_eq!(r.records, (0..5).map(payload).collect::<Vec<_>>());
+    // Only zeros after the records: the end, not a tear.
+    file.set_len(len + 100).unwrap();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert!(!r.torn);
+    assert_eq!(r.records.len(), 5);
 }
