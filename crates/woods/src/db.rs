@@ -960,6 +960,11 @@ impl Inner {
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
+            if let Some(wal) = &self.wal {
+                // The next log file, ready before the rotation that needs it.
+                // A failure turns the database read-only, and the loop below then waits.
+                let _ = self.note(wal.prepare_next());
+            }
             if self.failure.lock().is_some() || !self.index.background_work() {
                 let mut g = self.work_lock.lock();
                 if self.shutdown.load(Ordering::Acquire) {

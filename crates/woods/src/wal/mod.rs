@@ -119,6 +119,13 @@ fn wal_header() -> [u8; WAL_HEADER_LEN] {
     h
 }
 
+/// A file created ahead of the rotation that will switch to it.
+struct Spare {
+    number: u64,
+    file: Arc<dyn File>,
+    map: Option<SharedMap>,
+}
+
 /// The state the append mutex guards.
 struct Current {
     file: Arc<dyn File>,
@@ -147,6 +154,10 @@ pub struct WalWriter {
     prealloc: u64,
     /// The append mutex: serialises appends and rotations.
     current: Mutex<Current>,
+    /// The next file, created ahead ([`WalWriter::prepare_next`]); taken after `current`.
+    spare: Mutex<Option<Spare>>,
+    /// The live file's number (readable without the append mutex).
+    live: AtomicU64,
     /// Whether a leader is running an fsync for the group; waiters sleep on `sync_done`.
     sync_state: Mutex<bool>,
     sync_done: Condvar,
@@ -213,6 +224,8 @@ impl WalWriter {
             dir: dir.to_path_buf(),
             counters,
             prealloc,
+            spare: Mutex::new(None),
+            live: AtomicU64::new(number),
             current: Mutex::new(Current {
                 file,
                 map,
@@ -350,22 +363,57 @@ impl WalWriter {
         self.check_poisoned()?;
         let mut cur = self.current.lock();
         self.check_poisoned()?;
-        let (file, map) = match create_file(self.fs.as_ref(), &self.dir, new_number, &self.counters)
-            .and_then(|f| Ok((map_file(f.as_ref(), self.prealloc)?, f)))
-        {
-            Ok((map, f)) => (f, map),
+        // The spare lock is held from here on, so `prepare_next` cannot be creating the same
+        // file while this switches to it.
+        let mut spare = self.spare.lock();
+        let made = match spare.take() {
+            Some(s) if s.number == new_number => Ok(s),
+            _ => self.new_file(new_number),
+        };
+        let next = match made {
+            Ok(s) => s,
             Err(e) => return Err(self.poison(e)),
         };
+        self.live.store(new_number, Ordering::Release);
+        drop(spare);
         self.bytes_written
             .fetch_add(WAL_HEADER_LEN as u64, Ordering::Relaxed);
         cut_tail(&mut cur);
-        cur.map = map;
-        let old = std::mem::replace(&mut cur.file, file);
+        cur.map = next.map;
+        let old = std::mem::replace(&mut cur.file, next.file);
         let old_number = cur.number;
         cur.unsynced.push((old_number, old));
         cur.number = new_number;
         cur.file_off = WAL_HEADER_LEN as u64;
         Ok(())
+    }
+
+    /// Creates the file the next [`rotate`](WalWriter::rotate) switches to (the live file's
+    /// number plus one), unless it is ready: its header written, the file and the directory
+    /// synced and its first bytes mapped, off the writers' path (the Db's background threads
+    /// call it), so that a rotation is a switch, not two fsyncs under the writer lock. Returns
+    /// whether it created one. A spare file holds no record: replay reads it as an empty file.
+    pub fn prepare_next(&self) -> Result<bool> {
+        self.check_poisoned()?;
+        let mut spare = self.spare.lock();
+        let number = self.live.load(Ordering::Acquire) + 1;
+        if spare.as_ref().is_some_and(|s| s.number == number) {
+            return Ok(false);
+        }
+        match self.new_file(number) {
+            Ok(s) => {
+                *spare = Some(s);
+                Ok(true)
+            }
+            Err(e) => Err(self.poison(e)),
+        }
+    }
+
+    /// Creates and maps file `number` (as [`create`](WalWriter::create) does).
+    fn new_file(&self, number: u64) -> Result<Spare> {
+        let file = create_file(self.fs.as_ref(), &self.dir, number, &self.counters)?;
+        let map = map_file(file.as_ref(), self.prealloc)?;
+        Ok(Spare { number, file, map })
     }
 
     /// Forgets older file `number`: its records are durable elsewhere (the index holds its
@@ -393,6 +441,14 @@ impl WalWriter {
 impl Drop for WalWriter {
     fn drop(&mut self) {
         cut_tail(self.current.get_mut());
+        // A spare file holds no record; left behind it would only take its preallocated space.
+        if let Some(s) = self.spare.get_mut().take() {
+            drop(s);
+            let _ = self.fs.remove(&wal_file_path(
+                &self.dir,
+                self.live.load(Ordering::Relaxed) + 1,
+            ));
+        }
     }
 }
 

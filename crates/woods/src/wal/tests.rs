@@ -611,3 +611,35 @@ fn zeros_before_more_data_are_a_tear() {
     assert!(!r.torn);
     assert_eq!(r.records.len(), 5);
 }
+
+/// A file prepared ahead is the one the rotation switches to (no new file is created then);
+/// an unused spare replays as an empty file and is removed when the writer is dropped.
+#[test]
+fn prepared_file_is_the_next_rotation() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    w.append(&payload(0)).unwrap();
+    assert!(w.prepare_next().unwrap());
+    assert!(!w.prepare_next().unwrap(), "already prepared");
+    assert!(fs.exists(&wal_file_path(&dir(), 2)));
+    // Replay sees the spare as an empty file after file 1's record.
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert!(!r.torn);
+    assert_eq!(r.records, vec![payload(0)]);
+    let syncs = counters.snapshot().syncs;
+    w.rotate(2).unwrap();
+    assert_eq!(
+        counters.snapshot().syncs,
+        syncs,
+        "the rotation synced nothing"
+    );
+    w.append(&payload(1)).unwrap();
+    assert!(w.prepare_next().unwrap());
+    drop(w);
+    assert!(
+        !fs.exists(&wal_file_path(&dir(), 3)),
+        "the spare was removed"
+    );
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, vec![payload(0), payload(1)]);
+}
