@@ -116,6 +116,10 @@ struct Inner {
     shutdown: AtomicBool,
     work_lock: Mutex<()>,
     work_cv: Condvar,
+    /// Signalled after every step a background thread finishes (writers held back by pacing
+    /// wait on it).
+    progress_lock: Mutex<()>,
+    progress_cv: Condvar,
     counters: Counters,
     /// Pacing credit owed by writers but not yet worked off.
     pace_owed: AtomicU64,
@@ -135,6 +139,9 @@ pub struct Db {
     inner: Arc<Inner>,
     workers: Mutex<Vec<JoinHandle<()>>>,
 }
+
+/// The longest a writer behind the pacing schedule waits for background work per write.
+const PACE_WAIT: Duration = Duration::from_millis(1);
 
 fn elapsed_ns(t: Instant) -> u64 {
     t.elapsed().as_nanos().min(u64::MAX as u128) as u64
@@ -312,6 +319,8 @@ impl Db {
             shutdown: AtomicBool::new(false),
             work_lock: Mutex::new(()),
             work_cv: Condvar::new(),
+            progress_lock: Mutex::new(()),
+            progress_cv: Condvar::new(),
             counters: Counters::default(),
             pace_owed: AtomicU64::new(0),
             sched_debt: AtomicU64::new(0),
@@ -791,7 +800,18 @@ impl Inner {
             return Ok(());
         }
         let t = Instant::now();
-        self.do_work(take)?;
+        if self.opts.background_threads > 0 {
+            // Back-pressure: background threads run the work at full speed, and a writer
+            // behind the schedule waits for their next step, at most `PACE_WAIT`, rather than
+            // doing the work itself (a step is mostly I/O and may take milliseconds). Writers
+            // held back this way fall behind no further than background work does; whatever is
+            // still owed when the memtable fills is done at the rotation, as without threads.
+            let mut g = self.progress_lock.lock();
+            self.work_cv.notify_all();
+            self.progress_cv.wait_for(&mut g, PACE_WAIT);
+        } else {
+            self.do_work(take)?;
+        }
         let ns = elapsed_ns(t);
         self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
         self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
@@ -976,6 +996,8 @@ impl Inner {
             }
             // Errors turn the database read-only inside do_work.
             let _ = self.do_work(self.step_bytes());
+            let _g = self.progress_lock.lock();
+            self.progress_cv.notify_all();
         }
     }
 
