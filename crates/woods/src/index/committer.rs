@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -22,6 +23,55 @@ pub trait Durable: Send + Sync + 'static {
     fn commit(&self) -> Result<bool>;
     /// Runs after every commit attempt, successful or not.
     fn after_commit(&self) {}
+    /// The committer of this index.
+    fn committer(&self) -> &Committer;
+    /// Runs when the index is dropped, before its thread stops: extents released as its
+    /// versions drop are still what the last manifest names, so they must not be punched out.
+    fn closing(&self);
+}
+
+/// An index's shared state and the thread that commits it, stopped when this is dropped.
+pub struct WithCommitter<D: Durable> {
+    index: Arc<D>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<D: Durable> WithCommitter<D> {
+    /// Starts the thread `name` that commits `index` whenever asked.
+    pub fn start(name: &str, index: D) -> Result<Self> {
+        let index = Arc::new(index);
+        let shared = index.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || shared.committer().run(&*shared))
+            .map_err(|e| Error::io(format!("starting the {name} thread"), e))?;
+        Ok(WithCommitter {
+            index,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread (after the commit under way): nothing more becomes durable.
+    pub fn stop(&mut self) {
+        self.index.committer().shutdown();
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl<D: Durable> std::ops::Deref for WithCommitter<D> {
+    type Target = D;
+    fn deref(&self) -> &D {
+        &self.index
+    }
+}
+
+impl<D: Durable> Drop for WithCommitter<D> {
+    fn drop(&mut self) {
+        self.index.closing();
+        self.stop();
+    }
 }
 
 #[derive(Default)]
@@ -40,18 +90,6 @@ pub struct Committer {
 }
 
 impl Committer {
-    /// Starts the thread that commits `index` whenever asked, until [`Committer::shutdown`].
-    pub fn spawn<D: Durable>(
-        name: &str,
-        index: Arc<D>,
-        committer: fn(&D) -> &Committer,
-    ) -> Result<JoinHandle<()>> {
-        std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || committer(&index).run(&*index))
-            .map_err(|e| Error::io(format!("starting the {name} thread"), e))
-    }
-
     /// Asks for a commit of the published version.
     pub fn request(&self) {
         self.req.lock().requested = true;

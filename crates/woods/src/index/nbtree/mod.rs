@@ -44,7 +44,7 @@ use self::version::{
     decode_meta, encode_meta, height_of, node_at, replace_at, units, Cursor, DTree, Observed,
     Phase, SNode, Version,
 };
-use super::committer::{Committer, Durable};
+use super::committer::{Committer, Durable, WithCommitter};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -108,36 +108,7 @@ pub struct Tree {
 /// The Nested B-tree index: [`Tree`] and the thread that makes its versions durable (data file
 /// sync and manifest commit), so that no step of the job, and no writer paying debt, waits for
 /// an fsync.
-pub struct NbTree {
-    tree: Arc<Tree>,
-    commit_thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::ops::Deref for NbTree {
-    type Target = Tree;
-    fn deref(&self) -> &Tree {
-        &self.tree
-    }
-}
-
-impl NbTree {
-    /// Stops the commit thread (after the commit under way): nothing more becomes durable.
-    pub fn stop_committer(&mut self) {
-        self.tree.committer.shutdown();
-        if let Some(h) = self.commit_thread.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for NbTree {
-    fn drop(&mut self) {
-        // Extents retired since the last commit are released as the versions drop; the last
-        // manifest may still name them, so they must not be punched out of the file.
-        self.tree.ctx.store.alloc().stop_punching();
-        self.stop_committer();
-    }
-}
+pub type NbTree = WithCommitter<Tree>;
 
 /// The root's drain, before it commits.
 enum RootPhase {
@@ -266,12 +237,7 @@ impl NbTree {
             *tree.job.lock() = Some(job);
             tree.counters.jobs_resumed.fetch_add(1, Ordering::Relaxed);
         }
-        let tree = Arc::new(tree);
-        let thread = Committer::spawn("nbtree-commit", tree.clone(), |t| &t.committer)?;
-        Ok(NbTree {
-            tree,
-            commit_thread: Some(thread),
-        })
+        WithCommitter::start("nbtree-commit", tree)
     }
 }
 
@@ -986,6 +952,16 @@ fn extents_of(root: &SNode) -> std::collections::HashSet<Extent> {
 impl Durable for Tree {
     fn commit(&self) -> Result<bool> {
         self.commit_published()
+    }
+
+    fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    /// Extents retired since the last commit are released as the versions drop; the last
+    /// manifest may still name them, so they must not be punched out of the file.
+    fn closing(&self) {
+        self.ctx.store.alloc().stop_punching();
     }
 }
 

@@ -87,7 +87,7 @@ impl Harness {
     /// Reopens the index from the manifest alone (the job in flight, if any, resumes).
     fn reopen(&mut self) {
         // As a crash would: nothing more is committed by the tree being replaced.
-        self.tree.stop_committer();
+        self.tree.stop();
         let io = Arc::new(IoCounters::default());
         let (manifest, state) =
             Manifest::open(Arc::new(self.fs.clone()), Path::new("/db"), io.clone()).unwrap();

@@ -45,7 +45,7 @@ use self::edit::{Claims, Editor, Effects, Ids};
 use self::node::{Child, Node};
 use self::policy::Limits;
 use self::task::{coalesce, Build, BuildOptions, KeyRanges, Probe, Source};
-use super::committer::{Committer, Durable};
+use super::committer::{Committer, Durable, WithCommitter};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::Entry;
 use crate::error::Result;
@@ -216,29 +216,7 @@ pub struct Shared {
 
 /// The STBε-tree index: [`Shared`] and the thread that makes its versions durable (data file
 /// sync and manifest commit), so that no writer's paced step waits for an fsync.
-pub struct Stbe {
-    shared: Arc<Shared>,
-    committer: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::ops::Deref for Stbe {
-    type Target = Shared;
-    fn deref(&self) -> &Shared {
-        &self.shared
-    }
-}
-
-impl Drop for Stbe {
-    fn drop(&mut self) {
-        // The branches release their extents as they are dropped with the index; those pages
-        // are what the last manifest names, so they must not be punched out of the file.
-        self.shared.ctx.store.alloc().stop_punching();
-        self.shared.committer.shutdown();
-        if let Some(h) = self.committer.take() {
-            let _ = h.join();
-        }
-    }
-}
+pub type Stbe = WithCommitter<Shared>;
 
 fn branch_set(root: &Node) -> HashMap<u64, Arc<Branch>> {
     let mut out = HashMap::new();
@@ -327,12 +305,7 @@ impl Stbe {
             counters: Counters::default(),
         };
         index.rederive_tasks();
-        let shared = Arc::new(index);
-        let committer = Committer::spawn("stbe-commit", shared.clone(), |s| &s.committer)?;
-        Ok(Stbe {
-            shared,
-            committer: Some(committer),
-        })
+        WithCommitter::start("stbe-commit", index)
     }
 }
 
@@ -1117,6 +1090,16 @@ impl Shared {
 impl Durable for Shared {
     fn commit(&self) -> Result<bool> {
         self.commit_published()
+    }
+
+    fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    /// The branches release their extents as they are dropped with the index; those pages are
+    /// what the last manifest names, so they must not be punched out of the file.
+    fn closing(&self) {
+        self.ctx.store.alloc().stop_punching();
     }
 
     /// Lets go of the memtables that are durable now.
