@@ -46,6 +46,7 @@ mod tests {
             direct_io: false,
             sync: false,
             no_wal: false,
+            background_threads: None,
         };
         let mut e = open_current(dir.path(), &cfg).unwrap();
         assert_eq!(e.name(), NAME);

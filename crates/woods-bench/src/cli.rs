@@ -200,6 +200,11 @@ pub struct BenchArgs {
     /// cannot, and fail): a bulk load that a crash may lose until the engine's next flush.
     #[arg(long, conflicts_with = "sync")]
     pub no_wal: bool,
+    /// Background threads of each woods engine (`Options::background_threads`); 0: the
+    /// writing threads do all index work inline, as SplinterDB's evaluation ran. The peers keep
+    /// their own settings.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub background_threads: usize,
     /// Also write every figure as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -589,6 +594,7 @@ fn run_parent(
         direct_io,
         sync: args.sync,
         no_wal: args.no_wal,
+        background_threads: Some(args.background_threads),
     };
     let split = config.split();
     let spec_for = |name: &str, dir: PathBuf| RunSpec {
@@ -660,7 +666,7 @@ fn run_parent(
         err,
         "woods bench: {records} records of {}+{} bytes ({}); phases {}; {} client thread(s); \
          memory budget {} per engine (cache {}, write buffers 2 x {}), direct I/O {}, {}, {}, \
-         seed {}, databases under {} ({})",
+         {} background thread(s) per woods engine, seed {}, databases under {} ({})",
         args.key_size,
         args.value_size,
         report::bytes(data as f64),
@@ -672,6 +678,7 @@ fn run_parent(
         if direct_io { "requested" } else { "off" },
         sync_words(args.sync),
         wal_words(args.no_wal),
+        args.background_threads,
         args.seed,
         base.display(),
         machine

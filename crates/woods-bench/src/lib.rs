@@ -14,7 +14,7 @@
 //! let spec = RunSpec {
 //!     engine: "woods:lsm".into(),
 //!     dir: dir.clone(),
-//!     config: EngineConfig { memory_bytes: 4 << 20, direct_io: true, sync: false, no_wal: false },
+//!     config: EngineConfig { memory_bytes: 4 << 20, direct_io: true, sync: false, no_wal: false, background_threads: None },
 //!     phases: vec![phase(Workload::YcsbLoad, 0), phase(Workload::YcsbA, 500)],
 //!     records: 1000,
 //!     key_size: 24,

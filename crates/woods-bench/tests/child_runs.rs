@@ -58,6 +58,7 @@ fn every_engine_in_a_child() {
                 direct_io: true,
                 sync: false,
                 no_wal: false,
+                background_threads: None,
             },
             phases: vec![
                 Phase {
@@ -102,6 +103,7 @@ fn ycsb_scans_and_deletes_in_children() {
                 direct_io: true,
                 sync: false,
                 no_wal: false,
+                background_threads: None,
             },
             phases: vec![
                 phase(Workload::YcsbLoad, 0),

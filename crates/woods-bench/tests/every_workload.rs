@@ -26,6 +26,7 @@ fn spec(dir: &Path, engine: &str, phases: &[(Workload, u64)]) -> RunSpec {
             direct_io: true,
             sync: false,
             no_wal: false,
+            background_threads: None,
         },
         phases: phases
             .iter()

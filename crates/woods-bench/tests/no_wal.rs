@@ -19,6 +19,7 @@ fn spec(dir: &Path, engine: &str, no_wal: bool) -> RunSpec {
             direct_io: true,
             sync: false,
             no_wal,
+            background_threads: None,
         },
         phases: vec![
             phase(Workload::YcsbLoad, 0),

@@ -23,6 +23,7 @@ fn run(dir: &Path, engine: &str) -> EngineResult {
             direct_io: true,
             sync: false,
             no_wal: false,
+            background_threads: None,
         },
         phases: vec![
             phase(Workload::FillRandom, 0),

@@ -31,6 +31,7 @@ fn cfg() -> EngineConfig {
         direct_io: true,
         sync: false,
         no_wal: false,
+        background_threads: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn spec(dir: &Path, engine: &str, sync: bool) -> RunSpec {
             direct_io: true,
             sync,
             no_wal: false,
+            background_threads: None,
         },
         phases: vec![
             phase(Workload::YcsbLoad, 0),

@@ -141,6 +141,7 @@ fn spec(dir: &Path, phases: &[(Workload, u64)]) -> RunSpec {
             direct_io: true,
             sync: false,
             no_wal: false,
+            background_threads: None,
         },
         phases: phases
             .iter()

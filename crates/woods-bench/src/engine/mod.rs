@@ -61,6 +61,10 @@ pub struct EngineConfig {
     /// to open.
     #[serde(default)]
     pub no_wal: bool,
+    /// woods' `Options::background_threads` (`--background-threads`; the peers keep their own
+    /// background threads). `None`: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background_threads: Option<usize>,
 }
 
 /// How a memory budget is divided between write buffers and the read cache.
@@ -292,6 +296,7 @@ mod tests {
                 direct_io: true,
                 sync: false,
                 no_wal: false,
+                background_threads: None,
             }
             .split();
             assert_eq!(s.cache_bytes + 2 * s.write_buffer_bytes, b, "{b}");
@@ -328,6 +333,7 @@ mod tests {
             direct_io: false,
             sync: false,
             no_wal: false,
+            background_threads: None,
         };
         let e = open_with("other:lsm", &tmp, &cfg, extra).unwrap();
         e.put(b"k", b"v").unwrap();

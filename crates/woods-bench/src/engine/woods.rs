@@ -32,6 +32,7 @@ impl WoodsEngine {
             memtable_bytes: split.write_buffer_bytes,
             direct_io: cfg.direct_io,
             wal: !cfg.no_wal,
+            background_threads: cfg.background_threads.unwrap_or(1),
             durability: if cfg.sync {
                 Durability::Sync
             } else {
