@@ -1044,7 +1044,13 @@ impl Inner {
         for f in frozen.iter().rev() {
             srcs.push(Box::new(f.iter(lo.clone(), hi.clone(), reverse)));
         }
-        srcs.extend(self.index.iter(lo.clone(), hi.clone(), reverse)?);
+        // The index's sources' first entries (device reads, usually) are read at once, not one
+        // after another; the memtables' need no device.
+        srcs.extend(crate::merge::prime(self.index.iter(
+            lo.clone(),
+            hi.clone(),
+            reverse,
+        )?));
         Ok(srcs)
     }
 }

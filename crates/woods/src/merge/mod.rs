@@ -1,6 +1,10 @@
 //! Versioned k-way merging: combines sorted entry streams, resolves what a reader at a sequence
 //! number sees, and decides which versions a reorganisation keeps.
 
+mod prime;
+
+pub use self::prime::prime;
+
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;

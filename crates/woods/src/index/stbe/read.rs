@@ -228,7 +228,8 @@ impl StbeIter {
             sources = vec![Box::new(std::iter::once(Err(e)))];
             self.next = None;
         }
-        self.current = Some(MergeIter::new(sources, self.reverse));
+        // The branches' first pages are read at once, not one after another.
+        self.current = Some(MergeIter::new(crate::merge::prime(sources), self.reverse));
         true
     }
 }
