@@ -73,7 +73,9 @@ pub trait File: Send + Sync {
     /// store returns, as after [`File::write_all_at`], and [`File::sync`] makes them durable.
     /// `None` where the backend or the file system cannot (the fault-injecting backend, a file
     /// system without `fallocate`): the caller writes with `write_all_at` instead. The space is
-    /// allocated up front, so a full device is an error here, never a fault in a later store.
+    /// allocated up front, so a full device is an error here rather than a fault (`SIGBUS`) when a
+    /// store first touches a page (the file system may still need a little metadata later, when
+    /// it converts the allocated extents to written ones).
     fn map_for_append(&self, _len: u64) -> Result<Option<SharedMap>> {
         Ok(None)
     }
