@@ -41,13 +41,7 @@ mod tests {
     #[test]
     fn opens_writes_reads_and_names_its_version() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = EngineConfig {
-            memory_bytes: 8 << 20,
-            direct_io: false,
-            sync: false,
-            no_wal: false,
-            background_threads: None,
-        };
+        let cfg = EngineConfig::new(8 << 20, false);
         let mut e = open_current(dir.path(), &cfg).unwrap();
         assert_eq!(e.name(), NAME);
         e.put(b"k1", b"v1").unwrap();

@@ -11,21 +11,13 @@
 //! # let dir = std::env::temp_dir().join(format!("woods-bench-doc-{}", std::process::id()));
 //! # let _ = std::fs::remove_dir_all(&dir);
 //! let phase = |workload, ops| Phase { workload, ops };
+//! let phases = vec![phase(Workload::YcsbLoad, 0), phase(Workload::YcsbA, 500)];
+//! let config = EngineConfig::new(4 << 20, true); // a 4 MiB budget, direct I/O
 //! let spec = RunSpec {
-//!     engine: "woods:lsm".into(),
-//!     dir: dir.clone(),
-//!     config: EngineConfig { memory_bytes: 4 << 20, direct_io: true, sync: false, no_wal: false, background_threads: None },
-//!     phases: vec![phase(Workload::YcsbLoad, 0), phase(Workload::YcsbA, 500)],
-//!     records: 1000,
-//!     key_size: 24,
-//!     value_size: 100,
 //!     threads: 2,
-//!     miss_ratio: 0.0,
-//!     sequential_percent: 0.0,
-//!     seek_nexts: 10,
-//!     distribution: None, // YCSB's own: zipfian for A
 //!     seed: 7,
-//!     progress: false,
+//!     // 24-byte keys, 100-byte values, YCSB's own distribution: zipfian for A
+//!     ..RunSpec::new("woods:lsm", dir.clone(), config, phases, 1000)
 //! };
 //! let result = workload::run(&spec)?;
 //! let a = result.phase(Workload::YcsbA).unwrap();

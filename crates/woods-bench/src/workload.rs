@@ -258,6 +258,34 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
+    /// A run of `engine` in `dir` with the bench's defaults for everything else: 24-byte keys,
+    /// 100-byte values, one client thread, no misses, `fillmixed` half sequential, 10 nexts a
+    /// seek, each workload's own distribution, seed 0, no progress lines.
+    pub fn new(
+        engine: &str,
+        dir: PathBuf,
+        config: EngineConfig,
+        phases: Vec<Phase>,
+        records: u64,
+    ) -> RunSpec {
+        RunSpec {
+            engine: engine.into(),
+            dir,
+            config,
+            phases,
+            records,
+            key_size: 24,
+            value_size: 100,
+            threads: 1,
+            miss_ratio: 0.0,
+            sequential_percent: 0.0,
+            seek_nexts: 10,
+            distribution: None,
+            seed: 0,
+            progress: false,
+        }
+    }
+
     /// The operations phase `p` runs (loads: the records).
     pub fn ops(&self, p: &Phase) -> u64 {
         if p.workload.is_load() {

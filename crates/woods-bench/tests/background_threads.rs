@@ -8,36 +8,25 @@ use woods_bench::workload::{run, Phase, RunSpec, Workload};
 fn two_writers_doing_all_index_work_load_and_read_back_everything() {
     let tmp = tempfile::tempdir().unwrap();
     for engine in ["woods:stbe", "woods:nbtree"] {
-        let spec = RunSpec {
-            engine: engine.into(),
-            dir: tmp.path().join(engine.replace(':', "-")),
-            config: EngineConfig {
-                memory_bytes: 1 << 20,
-                direct_io: true,
-                sync: false,
-                no_wal: false,
-                background_threads: Some(0),
+        let phases = vec![
+            Phase {
+                workload: Workload::YcsbLoad,
+                ops: 0,
             },
-            phases: vec![
-                Phase {
-                    workload: Workload::YcsbLoad,
-                    ops: 0,
-                },
-                Phase {
-                    workload: Workload::ReadRandom,
-                    ops: 2_000,
-                },
-            ],
-            records: 20_000,
-            key_size: 24,
-            value_size: 100,
+            Phase {
+                workload: Workload::ReadRandom,
+                ops: 2_000,
+            },
+        ];
+        let config = EngineConfig {
+            background_threads: Some(0),
+            ..EngineConfig::new(1 << 20, true)
+        };
+        let dir = tmp.path().join(engine.replace(':', "-"));
+        let spec = RunSpec {
             threads: 2,
-            miss_ratio: 0.0,
-            sequential_percent: 0.0,
-            seek_nexts: 10,
-            distribution: None,
             seed: 4,
-            progress: false,
+            ..RunSpec::new(engine, dir, config, phases, 20_000)
         };
         let r = run(&spec).unwrap_or_else(|e| panic!("{engine}: {e}"));
         assert_eq!(r.spec.config.background_threads, Some(0));

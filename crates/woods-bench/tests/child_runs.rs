@@ -50,40 +50,25 @@ fn check(r: &EngineResult, engine: &str) {
 fn every_engine_in_a_child() {
     let tmp = tempfile::tempdir().unwrap();
     for engine in known_engines() {
-        let spec = RunSpec {
-            engine: engine.clone(),
-            dir: tmp.path().join(engine.replace(':', "-")),
-            config: EngineConfig {
-                memory_bytes: 2 << 20,
-                direct_io: true,
-                sync: false,
-                no_wal: false,
-                background_threads: None,
+        let phases = vec![
+            Phase {
+                workload: Workload::FillRandom,
+                ops: 0,
             },
-            phases: vec![
-                Phase {
-                    workload: Workload::FillRandom,
-                    ops: 0,
-                },
-                Phase {
-                    workload: Workload::Overwrite,
-                    ops: OVERWRITES,
-                },
-                Phase {
-                    workload: Workload::ReadRandom,
-                    ops: READS,
-                },
-            ],
-            records: RECORDS,
-            key_size: 24,
-            value_size: 100,
-            threads: 1,
-            miss_ratio: 0.0,
-            sequential_percent: 0.0,
-            seek_nexts: 10,
-            distribution: None,
+            Phase {
+                workload: Workload::Overwrite,
+                ops: OVERWRITES,
+            },
+            Phase {
+                workload: Workload::ReadRandom,
+                ops: READS,
+            },
+        ];
+        let config = EngineConfig::new(2 << 20, true);
+        let dir = tmp.path().join(engine.replace(':', "-"));
+        let spec = RunSpec {
             seed: 11,
-            progress: false,
+            ..RunSpec::new(&engine, dir, config, phases, RECORDS)
         };
         let r = run_in_child(exe(), &[], &spec).unwrap();
         check(&r, &engine);
@@ -95,35 +80,23 @@ fn ycsb_scans_and_deletes_in_children() {
     let tmp = tempfile::tempdir().unwrap();
     let phase = |workload, ops| Phase { workload, ops };
     for engine in known_engines() {
+        let phases = vec![
+            phase(Workload::YcsbLoad, 0),
+            phase(Workload::YcsbA, 400),
+            phase(Workload::YcsbE, 100),
+            phase(Workload::ReadSeq, 5000),
+            phase(Workload::DeleteRandom, 200),
+            phase(Workload::ReadRandom, 400),
+            phase(Workload::SeekRandom, 50),
+        ];
+        let config = EngineConfig::new(2 << 20, true);
+        let dir = tmp.path().join(engine.replace(':', "-"));
         let spec = RunSpec {
-            engine: engine.clone(),
-            dir: tmp.path().join(engine.replace(':', "-")),
-            config: EngineConfig {
-                memory_bytes: 2 << 20,
-                direct_io: true,
-                sync: false,
-                no_wal: false,
-                background_threads: None,
-            },
-            phases: vec![
-                phase(Workload::YcsbLoad, 0),
-                phase(Workload::YcsbA, 400),
-                phase(Workload::YcsbE, 100),
-                phase(Workload::ReadSeq, 5000),
-                phase(Workload::DeleteRandom, 200),
-                phase(Workload::ReadRandom, 400),
-                phase(Workload::SeekRandom, 50),
-            ],
-            records: 1000,
-            key_size: 24,
-            value_size: 100,
             threads: 2,
             miss_ratio: 0.2,
-            sequential_percent: 0.0,
             seek_nexts: 5,
-            distribution: None,
             seed: 4,
-            progress: false,
+            ..RunSpec::new(&engine, dir, config, phases, 1000)
         };
         let r = run_in_child(exe(), &[], &spec).unwrap_or_else(|e| panic!("{engine}: {e}"));
         let e = r.phase(Workload::YcsbE).unwrap();

@@ -18,30 +18,15 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn spec(dir: &Path, engine: &str, phases: &[(Workload, u64)]) -> RunSpec {
+    let phases = phases
+        .iter()
+        .map(|&(workload, ops)| Phase { workload, ops })
+        .collect();
+    let config = EngineConfig::new(1 << 20, true);
+    let dir = dir.join(engine.replace(':', "-"));
     RunSpec {
-        engine: engine.into(),
-        dir: dir.join(engine.replace(':', "-")),
-        config: EngineConfig {
-            memory_bytes: 1 << 20,
-            direct_io: true,
-            sync: false,
-            no_wal: false,
-            background_threads: None,
-        },
-        phases: phases
-            .iter()
-            .map(|&(workload, ops)| Phase { workload, ops })
-            .collect(),
-        records: RECORDS,
-        key_size: 24,
-        value_size: 100,
-        threads: 1,
-        miss_ratio: 0.0,
-        sequential_percent: 0.0,
-        seek_nexts: 10,
-        distribution: None,
         seed: 5,
-        progress: false,
+        ..RunSpec::new(engine, dir, config, phases, RECORDS)
     }
 }
 

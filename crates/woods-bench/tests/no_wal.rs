@@ -11,30 +11,18 @@ const RECORDS: u64 = 2_000;
 
 fn spec(dir: &Path, engine: &str, no_wal: bool) -> RunSpec {
     let phase = |workload, ops| Phase { workload, ops };
+    let phases = vec![
+        phase(Workload::YcsbLoad, 0),
+        phase(Workload::ReadRandom, 500),
+    ];
+    let config = EngineConfig {
+        no_wal,
+        ..EngineConfig::new(1 << 20, true)
+    };
+    let dir = dir.join(format!("{}-{no_wal}", engine.replace(':', "-")));
     RunSpec {
-        engine: engine.into(),
-        dir: dir.join(format!("{}-{no_wal}", engine.replace(':', "-"))),
-        config: EngineConfig {
-            memory_bytes: 1 << 20,
-            direct_io: true,
-            sync: false,
-            no_wal,
-            background_threads: None,
-        },
-        phases: vec![
-            phase(Workload::YcsbLoad, 0),
-            phase(Workload::ReadRandom, 500),
-        ],
-        records: RECORDS,
-        key_size: 24,
-        value_size: 100,
-        threads: 1,
-        miss_ratio: 0.0,
-        sequential_percent: 0.0,
-        seek_nexts: 10,
-        distribution: None,
         seed: 3,
-        progress: false,
+        ..RunSpec::new(engine, dir, config, phases, RECORDS)
     }
 }
 

@@ -15,30 +15,15 @@ const ENGINES: [&str; 2] = ["woods:btree", "woods:lsm"];
 
 fn run(dir: &Path, engine: &str) -> EngineResult {
     let phase = |workload, ops| Phase { workload, ops };
+    let phases = vec![
+        phase(Workload::FillRandom, 0),
+        phase(Workload::ReadRandom, 1000),
+    ];
+    let config = EngineConfig::new(2 << 20, true);
+    let dir = dir.join(engine.replace(':', "-"));
     let spec = RunSpec {
-        engine: engine.into(),
-        dir: dir.join(engine.replace(':', "-")),
-        config: EngineConfig {
-            memory_bytes: 2 << 20,
-            direct_io: true,
-            sync: false,
-            no_wal: false,
-            background_threads: None,
-        },
-        phases: vec![
-            phase(Workload::FillRandom, 0),
-            phase(Workload::ReadRandom, 1000),
-        ],
-        records: 3000,
-        key_size: 24,
-        value_size: 100,
-        threads: 1,
-        miss_ratio: 0.0,
-        sequential_percent: 0.0,
-        seek_nexts: 10,
-        distribution: None,
         seed: 5,
-        progress: false,
+        ..RunSpec::new(engine, dir, config, phases, 3000)
     };
     workload::run(&spec).unwrap_or_else(|e| panic!("{engine}: {e}"))
 }

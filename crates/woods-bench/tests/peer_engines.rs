@@ -26,13 +26,7 @@ fn value(i: u64, round: u8) -> Vec<u8> {
 }
 
 fn cfg() -> EngineConfig {
-    EngineConfig {
-        memory_bytes: 2 << 20,
-        direct_io: true,
-        sync: false,
-        no_wal: false,
-        background_threads: None,
-    }
+    EngineConfig::new(2 << 20, true)
 }
 
 /// The model after the scenario: every key written, odd keys overwritten, every tenth deleted.

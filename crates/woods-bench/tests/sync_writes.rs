@@ -14,33 +14,21 @@ const PAGE: u64 = 4096;
 
 fn spec(dir: &Path, engine: &str, sync: bool) -> RunSpec {
     let phase = |workload, ops| Phase { workload, ops };
+    let phases = vec![
+        phase(Workload::YcsbLoad, 0),
+        phase(Workload::YcsbA, 200),
+        phase(Workload::YcsbF, 100),
+        phase(Workload::DeleteRandom, 50),
+        phase(Workload::ReadRandom, 100),
+    ];
+    let config = EngineConfig {
+        sync,
+        ..EngineConfig::new(1 << 20, true)
+    };
+    let dir = dir.join(format!("{}-{sync}", engine.replace(':', "-")));
     RunSpec {
-        engine: engine.into(),
-        dir: dir.join(format!("{}-{sync}", engine.replace(':', "-"))),
-        config: EngineConfig {
-            memory_bytes: 1 << 20,
-            direct_io: true,
-            sync,
-            no_wal: false,
-            background_threads: None,
-        },
-        phases: vec![
-            phase(Workload::YcsbLoad, 0),
-            phase(Workload::YcsbA, 200),
-            phase(Workload::YcsbF, 100),
-            phase(Workload::DeleteRandom, 50),
-            phase(Workload::ReadRandom, 100),
-        ],
-        records: RECORDS,
-        key_size: 24,
-        value_size: 100,
-        threads: 1,
-        miss_ratio: 0.0,
-        sequential_percent: 0.0,
-        seek_nexts: 10,
-        distribution: None,
         seed: 9,
-        progress: false,
+        ..RunSpec::new(engine, dir, config, phases, RECORDS)
     }
 }
 

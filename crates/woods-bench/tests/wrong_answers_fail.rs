@@ -133,30 +133,14 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn spec(dir: &Path, phases: &[(Workload, u64)]) -> RunSpec {
+    let phases = phases
+        .iter()
+        .map(|&(workload, ops)| Phase { workload, ops })
+        .collect();
+    let config = EngineConfig::new(1 << 20, true);
     RunSpec {
-        engine: "woods:lsm".into(),
-        dir: dir.to_path_buf(),
-        config: EngineConfig {
-            memory_bytes: 1 << 20,
-            direct_io: true,
-            sync: false,
-            no_wal: false,
-            background_threads: None,
-        },
-        phases: phases
-            .iter()
-            .map(|&(workload, ops)| Phase { workload, ops })
-            .collect(),
-        records: 1000,
-        key_size: 24,
-        value_size: 100,
-        threads: 1,
-        miss_ratio: 0.0,
-        sequential_percent: 0.0,
-        seek_nexts: 10,
-        distribution: None,
         seed: 1,
-        progress: false,
+        ..RunSpec::new("woods:lsm", dir.to_path_buf(), config, phases, 1000)
     }
 }
 

@@ -77,6 +77,18 @@ pub struct MemorySplit {
 }
 
 impl EngineConfig {
+    /// A budget of `memory_bytes`, direct I/O as asked, the write-ahead log on and not synced
+    /// per write, woods' default background thread.
+    pub fn new(memory_bytes: u64, direct_io: bool) -> EngineConfig {
+        EngineConfig {
+            memory_bytes,
+            direct_io,
+            sync: false,
+            no_wal: false,
+            background_threads: None,
+        }
+    }
+
     /// A quarter of the budget, at most 64 MiB, goes to the two write buffers; the rest is
     /// cache. Every engine gets the same split so that none buys reads with write memory.
     pub fn split(&self) -> MemorySplit {
@@ -291,14 +303,7 @@ mod tests {
     #[test]
     fn split_keeps_the_budget() {
         for b in [1u64 << 20, 16 << 20, 512 << 20, 4 << 30] {
-            let s = EngineConfig {
-                memory_bytes: b,
-                direct_io: true,
-                sync: false,
-                no_wal: false,
-                background_threads: None,
-            }
-            .split();
+            let s = EngineConfig::new(b, true).split();
             assert_eq!(s.cache_bytes + 2 * s.write_buffer_bytes, b, "{b}");
             assert!(s.write_buffer_bytes <= 32 << 20);
         }
@@ -328,13 +333,7 @@ mod tests {
         assert!(e.ends_with(", other:lsm"), "{e}");
         assert_eq!(known_engines_with(extra).last().unwrap(), "other:lsm");
         let tmp = std::env::temp_dir().join(format!("woods-bench-extra-{}", std::process::id()));
-        let cfg = EngineConfig {
-            memory_bytes: 1 << 20,
-            direct_io: false,
-            sync: false,
-            no_wal: false,
-            background_threads: None,
-        };
+        let cfg = EngineConfig::new(1 << 20, false);
         let e = open_with("other:lsm", &tmp, &cfg, extra).unwrap();
         e.put(b"k", b"v").unwrap();
         assert_eq!(e.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
