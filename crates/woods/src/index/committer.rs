@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
+use crate::storage::PageFile;
 
 /// What a committer thread commits.
 pub trait Durable: Send + Sync + 'static {
@@ -25,9 +26,8 @@ pub trait Durable: Send + Sync + 'static {
     fn after_commit(&self) {}
     /// The committer of this index.
     fn committer(&self) -> &Committer;
-    /// Runs when the index is dropped, before its thread stops: extents released as its
-    /// versions drop are still what the last manifest names, so they must not be punched out.
-    fn closing(&self);
+    /// The page file the index's versions live in.
+    fn store(&self) -> &PageFile;
 }
 
 /// An index's shared state and the thread that commits it, stopped when this is dropped.
@@ -69,7 +69,10 @@ impl<D: Durable> std::ops::Deref for WithCommitter<D> {
 
 impl<D: Durable> Drop for WithCommitter<D> {
     fn drop(&mut self) {
-        self.index.closing();
+        // The index's versions release their extents as they drop, the ones retired since the
+        // last commit among them: the last manifest may still name those, so nothing more may
+        // be punched out of the file.
+        self.index.store().alloc().stop_punching();
         self.stop();
     }
 }

@@ -53,7 +53,7 @@ use crate::memtable::Memtable;
 use crate::merge::EntryIter;
 use crate::options::NbTreeParams;
 use crate::run::{LazyRun, Run, RunOptions};
-use crate::storage::{Extent, Purpose, PAGE_SIZE};
+use crate::storage::{Extent, PageFile, Purpose, PAGE_SIZE};
 
 /// Pages a d-tree builder allocates and writes at a time (256 KiB: large sequential writes,
 /// spec P7, and the most one `work` call writes beyond its budget per output).
@@ -958,10 +958,8 @@ impl Durable for Tree {
         &self.committer
     }
 
-    /// Extents retired since the last commit are released as the versions drop; the last
-    /// manifest may still name them, so they must not be punched out of the file.
-    fn closing(&self) {
-        self.ctx.store.alloc().stop_punching();
+    fn store(&self) -> &PageFile {
+        &self.ctx.store
     }
 }
 

@@ -53,7 +53,7 @@ use crate::manifest::Commit;
 use crate::memtable::Memtable;
 use crate::merge::EntryIter;
 use crate::options::StbeParams;
-use crate::storage::{Extent, Purpose};
+use crate::storage::{Extent, PageFile, Purpose};
 
 /// Compactions that may be open (started, holding read-ahead buffers and a builder) at once;
 /// more wait unstarted, so memory stays bounded however far behind compaction falls.
@@ -1096,10 +1096,8 @@ impl Durable for Shared {
         &self.committer
     }
 
-    /// The branches release their extents as they are dropped with the index; those pages are
-    /// what the last manifest names, so they must not be punched out of the file.
-    fn closing(&self) {
-        self.ctx.store.alloc().stop_punching();
+    fn store(&self) -> &PageFile {
+        &self.ctx.store
     }
 
     /// Lets go of the memtables that are durable now.
