@@ -119,7 +119,8 @@ fn wal_header() -> [u8; WAL_HEADER_LEN] {
     h
 }
 
-/// A file created ahead of the rotation that will switch to it.
+/// A new WAL file and its map: the first live file, or one created ahead of the rotation that
+/// switches to it.
 struct Spare {
     number: u64,
     file: Arc<dyn File>,
@@ -217,8 +218,7 @@ impl WalWriter {
         counters: Arc<IoCounters>,
         prealloc: u64,
     ) -> Result<WalWriter> {
-        let file = create_file(fs.as_ref(), dir, number, &counters)?;
-        let map = map_file(file.as_ref(), prealloc)?;
+        let Spare { file, map, .. } = new_file(fs.as_ref(), dir, number, &counters, prealloc)?;
         Ok(WalWriter {
             fs,
             dir: dir.to_path_buf(),
@@ -411,9 +411,13 @@ impl WalWriter {
 
     /// Creates and maps file `number` (as [`create`](WalWriter::create) does).
     fn new_file(&self, number: u64) -> Result<Spare> {
-        let file = create_file(self.fs.as_ref(), &self.dir, number, &self.counters)?;
-        let map = map_file(file.as_ref(), self.prealloc)?;
-        Ok(Spare { number, file, map })
+        new_file(
+            self.fs.as_ref(),
+            &self.dir,
+            number,
+            &self.counters,
+            self.prealloc,
+        )
     }
 
     /// Forgets older file `number`: its records are durable elsewhere (the index holds its
@@ -442,22 +446,28 @@ impl Drop for WalWriter {
     fn drop(&mut self) {
         cut_tail(self.current.get_mut());
         // A spare file holds no record; left behind it would only take its preallocated space.
-        if let Some(s) = self.spare.get_mut().take() {
-            drop(s);
-            let _ = self.fs.remove(&wal_file_path(
-                &self.dir,
-                self.live.load(Ordering::Relaxed) + 1,
-            ));
+        if let Some(Spare { number, .. }) = self.spare.get_mut().take() {
+            let _ = self.fs.remove(&wal_file_path(&self.dir, number));
         }
     }
 }
 
-/// Preallocates and maps the first `prealloc` bytes of a new file, where the backend can.
-fn map_file(file: &dyn File, prealloc: u64) -> Result<Option<SharedMap>> {
-    if prealloc <= WAL_HEADER_LEN as u64 {
-        return Ok(None);
-    }
-    file.map_for_append(prealloc)
+/// Creates WAL file `number` ([`create_file`]) and maps its first `prealloc` bytes, where the
+/// backend can.
+fn new_file(
+    fs: &dyn Fs,
+    dir: &Path,
+    number: u64,
+    counters: &IoCounters,
+    prealloc: u64,
+) -> Result<Spare> {
+    let file = create_file(fs, dir, number, counters)?;
+    let map = if prealloc > WAL_HEADER_LEN as u64 {
+        file.map_for_append(prealloc)?
+    } else {
+        None
+    };
+    Ok(Spare { number, file, map })
 }
 
 /// Unmaps the live file and cuts its unused preallocated tail. Its stored records stay in the
