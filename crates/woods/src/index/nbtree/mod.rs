@@ -100,9 +100,15 @@ pub struct Tree {
     durable: AtomicU64,
     /// The last committed version: it keeps every extent it reaches allocated, and through its
     /// epoch every extent retired since, until a newer commit is durable.
-    committed: Mutex<Arc<Version>>,
+    committed: Mutex<Committed>,
     committer: Committer,
     counters: Counters,
+}
+
+/// The last committed version and the extents its d-trees reach.
+struct Committed {
+    version: Arc<Version>,
+    extents: std::collections::HashSet<Extent>,
 }
 
 /// The Nested B-tree index: [`Tree`] and the thread that makes its versions durable (data file
@@ -215,7 +221,10 @@ impl NbTree {
             job: Mutex::new(None),
             debt: AtomicU64::new(0),
             durable: AtomicU64::new(durable_seq),
-            committed: Mutex::new(version),
+            committed: Mutex::new(Committed {
+                extents: extents_of(&version.root),
+                version,
+            }),
             committer: Committer::default(),
             counters: Counters::default(),
         };
@@ -891,12 +900,12 @@ impl Tree {
         let mut c = self.committed.lock();
         let t = std::time::Instant::now();
         let v = self.version();
-        if v.gen == c.gen {
+        if v.gen == c.version.gen {
             return Ok(false);
         }
-        let (now, before) = (extents_of(&v.root), extents_of(&c.root));
-        let added: Vec<Extent> = now.difference(&before).copied().collect();
-        let freed: Vec<Extent> = before.difference(&now).copied().collect();
+        let now = extents_of(&v.root);
+        let added: Vec<Extent> = now.difference(&c.extents).copied().collect();
+        let freed: Vec<Extent> = c.extents.difference(&now).copied().collect();
         if !added.is_empty() {
             self.ctx.store.sync()?;
         }
@@ -909,8 +918,11 @@ impl Tree {
             added,
             freed,
         })?;
-        *c = v.clone();
         self.durable.store(v.seq, Ordering::Release);
+        *c = Committed {
+            version: v,
+            extents: now,
+        };
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
         let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
         self.counters.max_commit_us.fetch_max(us, Ordering::Relaxed);
@@ -920,7 +932,7 @@ impl Tree {
     /// Whether the published version is not the committed one.
     fn dirty(&self) -> bool {
         let published = self.version().gen;
-        published != self.committed.lock().gen
+        published != self.committed.lock().version.gen
     }
 
     fn note_call(&self, units: u64, pages: u64) {
