@@ -205,6 +205,11 @@ pub struct BenchArgs {
     /// their own settings.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub background_threads: usize,
+    /// The most of each woods engine's cache its row cache may take (`Options::row_cache_bytes`;
+    /// K, M, G suffixes; 0: none) [default: woods' own, an eighth of the cache]. The peers keep
+    /// their own settings (none has a row cache on).
+    #[arg(long, value_name = "B", value_parser = parse_size)]
+    pub row_cache_bytes: Option<u64>,
     /// Also write every figure as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -595,6 +600,7 @@ fn run_parent(
         sync: args.sync,
         no_wal: args.no_wal,
         background_threads: Some(args.background_threads),
+        row_cache_bytes: args.row_cache_bytes,
     };
     let split = config.split();
     let spec_for = |name: &str, dir: PathBuf| RunSpec {

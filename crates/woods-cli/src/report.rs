@@ -140,18 +140,32 @@ pub fn print_stats(kind: &IndexKind, s: &Stats) -> io::Result<()> {
         bytes(c.capacity_pages * woods::storage::PAGE_SIZE as u64),
         bytes(c.reserved_bytes)
     )?;
-    let lookups = c.hits + c.misses;
-    let rate = if lookups == 0 {
-        "n/a".into()
-    } else {
-        format!("{:.1}%", 100.0 * c.hits as f64 / lookups as f64)
+    let rate = |hits: u64, misses: u64| {
+        if hits + misses == 0 {
+            "n/a".to_string()
+        } else {
+            format!("{:.1}%", 100.0 * hits as f64 / (hits + misses) as f64)
+        }
     };
     writeln!(
         o,
-        "  hits              {} misses {} (hit rate {rate})",
-        c.hits, c.misses
+        "  hits              {} misses {} (hit rate {})",
+        c.hits,
+        c.misses,
+        rate(c.hits, c.misses)
     )?;
     writeln!(o, "  evictions         {}", c.evictions)?;
+    if c.row_capacity_bytes > 0 {
+        writeln!(
+            o,
+            "  row cache         {} of at most {} (taken from the pages); hits {} misses {} (hit rate {})",
+            bytes(c.row_bytes),
+            bytes(c.row_capacity_bytes),
+            c.row_hits,
+            c.row_misses,
+            rate(c.row_hits, c.row_misses)
+        )?;
+    }
 
     writeln!(o, "file")?;
     writeln!(o, "  size              {}", bytes(s.file_bytes))?;

@@ -270,9 +270,14 @@ impl Db {
         file.read_exact_at(&mut hdr, 0)?;
         check_header(&hdr)?;
         let alloc = Allocator::from_allocated(1, &state.allocated);
+        // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache.
+        let row_bytes = match config.index {
+            crate::IndexKind::BTree(_) => 0,
+            _ => opts.row_cache_capacity(),
+        };
         let store = Arc::new(PageFile::new(
             file,
-            Cache::new(opts.cache_bytes),
+            Cache::with_rows(opts.cache_bytes, row_bytes),
             alloc,
             io.clone(),
         ));

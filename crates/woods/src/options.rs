@@ -443,8 +443,14 @@ pub trait MergeOperator: Send + Sync {
 pub struct Options {
     /// The index structure (*persisted*). `None` creates a `lsm` database.
     pub index: Option<IndexKind>,
-    /// Bytes of the page cache (default 64 MiB).
+    /// Bytes of the cache (default 64 MiB): pages, the in-memory filters of open runs and the
+    /// row cache together.
     pub cache_bytes: u64,
+    /// The most of `cache_bytes` the row cache may take (point lookup results per key and
+    /// immutable run; the pages make room for what it holds). `None`: an eighth of
+    /// `cache_bytes`; `Some(0)`: no row cache. At most half of `cache_bytes`. The `btree` kind,
+    /// whose pages are rewritten in place of a run, does not use it.
+    pub row_cache_bytes: Option<u64>,
     /// Bytes of one memtable (default 16 MiB). Two may exist at once (active and frozen).
     pub memtable_bytes: u64,
     /// Use direct I/O for the data file where the file system supports it (default true).
@@ -467,6 +473,7 @@ impl Default for Options {
         Options {
             index: None,
             cache_bytes: 64 << 20,
+            row_cache_bytes: None,
             memtable_bytes: 16 << 20,
             direct_io: true,
             durability: Durability::Buffered,
@@ -483,6 +490,7 @@ impl fmt::Debug for Options {
         f.debug_struct("Options")
             .field("index", &self.index)
             .field("cache_bytes", &self.cache_bytes)
+            .field("row_cache_bytes", &self.row_cache_bytes)
             .field("memtable_bytes", &self.memtable_bytes)
             .field("direct_io", &self.direct_io)
             .field("durability", &self.durability)
@@ -505,6 +513,11 @@ impl Options {
         }
     }
 
+    /// The row cache's capacity in bytes (see [`Options::row_cache_bytes`]).
+    pub fn row_cache_capacity(&self) -> u64 {
+        self.row_cache_bytes.unwrap_or(self.cache_bytes / 8)
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.memtable_bytes < 16 << 10 {
             return Err(Error::InvalidOption(format!(
@@ -521,6 +534,16 @@ impl Options {
         if self.cache_bytes < 64 << 10 {
             return Err(Error::InvalidOption(format!(
                 "cache_bytes {} below 64 KiB",
+                self.cache_bytes
+            )));
+        }
+        if self
+            .row_cache_bytes
+            .is_some_and(|r| r > self.cache_bytes / 2)
+        {
+            return Err(Error::InvalidOption(format!(
+                "row_cache_bytes {} above half of cache_bytes {}",
+                self.row_cache_bytes.unwrap_or(0),
                 self.cache_bytes
             )));
         }

@@ -65,6 +65,9 @@ pub struct EngineConfig {
     /// background threads). `None`: 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub background_threads: Option<usize>,
+    /// woods' `Options::row_cache_bytes` (`--row-cache-bytes`). `None`: woods' default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_cache_bytes: Option<u64>,
 }
 
 /// How a memory budget is divided between write buffers and the read cache.
@@ -86,6 +89,7 @@ impl EngineConfig {
             sync: false,
             no_wal: false,
             background_threads: None,
+            row_cache_bytes: None,
         }
     }
 

@@ -5,7 +5,8 @@
 //! Memory an index keeps outside the cache because it must (the filters of open runs) is
 //! charged to it with [`Cache::reserve`]: the pages the cache holds shrink by as much, so that
 //! `cache_bytes` bounds pages and filters together, as RocksDB's block cache bounds data,
-//! index and filter blocks when it holds them all.
+//! index and filter blocks when it holds them all. The row cache ([`rows`]) lives inside the same
+//! budget: the bytes it holds are taken from the pages.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +15,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::storage::{AlignedBuf, PAGE_SIZE};
+
+pub mod rows;
+
+pub use rows::{Row, RowCache};
 
 /// A page as the cache holds it: `PAGE_SIZE` aligned bytes, checksum verified.
 pub type PageRef = Arc<AlignedBuf>;
@@ -47,6 +52,12 @@ pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    /// Bytes the row cache may hold (0: no row cache).
+    pub row_capacity_bytes: u64,
+    /// Bytes the row cache holds (taken from the pages).
+    pub row_bytes: u64,
+    pub row_hits: u64,
+    pub row_misses: u64,
 }
 
 /// The CLOCK buffer pool.
@@ -58,11 +69,18 @@ pub struct Cache {
     capacity: usize,
     /// Bytes charged by [`Cache::reserve`]; each shard holds fewer frames by its share.
     reserved: AtomicU64,
+    rows: RowCache,
 }
 
 impl Cache {
-    /// A cache holding at most `bytes / PAGE_SIZE` pages (at least one per shard).
+    /// A cache holding at most `bytes / PAGE_SIZE` pages (at least one per shard), without a
+    /// row cache.
     pub fn new(bytes: u64) -> Cache {
+        Cache::with_rows(bytes, 0)
+    }
+
+    /// A cache of `bytes` in all, of which the row cache may take up to `row_bytes`.
+    pub fn with_rows(bytes: u64, row_bytes: u64) -> Cache {
         let pages = ((bytes / PAGE_SIZE as u64) as usize).max(SHARDS);
         let per = pages / SHARDS;
         let shards = (0..SHARDS)
@@ -82,7 +100,13 @@ impl Cache {
             evictions: AtomicU64::new(0),
             capacity: per * SHARDS,
             reserved: AtomicU64::new(0),
+            rows: RowCache::new(row_bytes),
         }
+    }
+
+    /// The row cache, whose bytes this cache's pages make room for.
+    pub fn rows(&self) -> &RowCache {
+        &self.rows
     }
 
     /// Charges `bytes` of memory held outside the cache to it: it holds that many bytes of pages
@@ -101,9 +125,11 @@ impl Cache {
             });
     }
 
-    /// Frames one shard may hold now: its capacity less its share of the reservations.
+    /// Frames one shard may hold now: its capacity less its share of the reservations and of the
+    /// rows held.
     fn shard_limit(&self, capacity: usize) -> usize {
-        let reserved_pages = self.reserved.load(Ordering::Relaxed) / PAGE_SIZE as u64;
+        let taken = self.reserved.load(Ordering::Relaxed) + self.rows.bytes();
+        let reserved_pages = taken / PAGE_SIZE as u64;
         capacity.saturating_sub((reserved_pages / SHARDS as u64) as usize)
     }
 
@@ -210,6 +236,10 @@ impl Cache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
+            row_capacity_bytes: self.rows.capacity(),
+            row_bytes: self.rows.bytes(),
+            row_hits: self.rows.hits(),
+            row_misses: self.rows.misses(),
         }
     }
 }
@@ -268,5 +298,36 @@ mod tests {
         fill(&c, 30_000);
         assert_eq!(held(&c, 30_000), 256);
         assert_eq!(c.stats().reserved_bytes, 0);
+    }
+
+    /// The row cache's bytes come out of the pages' share: rows held shrink the pages held.
+    #[test]
+    fn rows_held_take_their_bytes_from_the_pages() {
+        use crate::entry::{Entry, Kind};
+        use crate::filter::hash64;
+        let page = PAGE_SIZE as u64;
+        let c = Cache::with_rows(256 * page, 128 * page);
+        for p in 0..1000u64 {
+            c.insert(p, Arc::new(AlignedBuf::zeroed(8)));
+        }
+        let pages_held = |c: &Cache| (0..100_000u64).filter(|&p| c.get(p).is_some()).count();
+        assert_eq!(pages_held(&c), 256);
+        let value = [3u8; 200];
+        for i in 0..100_000u64 {
+            let k = i.to_be_bytes();
+            c.rows()
+                .insert(1, hash64(&k), &k, &[Entry::new(&k, 1, Kind::Put, &value)]);
+        }
+        let rows = c.stats().row_bytes;
+        assert!(rows > 96 * page && rows <= 128 * page, "{rows}");
+        for p in 1000..2000u64 {
+            c.insert(p, Arc::new(AlignedBuf::zeroed(8)));
+        }
+        let held = pages_held(&c) as u64;
+        assert!(
+            held * page + rows <= 256 * page + 16 * page,
+            "{held} pages and {rows} row bytes"
+        );
+        assert!(held >= 256 - 128 - 16, "{held}");
     }
 }

@@ -261,6 +261,8 @@ impl Readahead {
 
 /// An open run: read-only, `Send + Sync`, shared as `Arc<Run>`.
 pub struct Run {
+    /// This process's name for the run, never reused (the row cache's key).
+    id: u64,
     store: Arc<PageFile>,
     meta: RunMeta,
     tree_root: u64,
@@ -356,9 +358,12 @@ impl Run {
         tree_root: u64,
         filter: Option<Filter>,
     ) -> Run {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let mut sorted = meta.extents.clone();
         sorted.sort();
         Run {
+            id: NEXT_ID.fetch_add(1, Relaxed),
             store,
             meta,
             tree_root,
@@ -579,7 +584,8 @@ impl Run {
 
     /// Appends the versions of `key` with seq <= `max_seq` to `out`, newest first, stopping
     /// after the first Put or Delete (it hides older versions) and continuing through Merge
-    /// entries. Checks the bloom filter first; reads count as `Purpose::UserRead`.
+    /// entries. Checks the bloom filter first, then the store's row cache (which a lookup at or
+    /// past the run's newest sequence number fills); reads count as `Purpose::UserRead`.
     pub fn get(&self, key: &[u8], max_seq: u64, out: &mut Vec<Entry>) -> Result<()> {
         self.get_hashed(key, hash64(key), max_seq, out)
     }
@@ -600,6 +606,18 @@ impl Run {
         {
             return Ok(());
         }
+        let rows = self.store.cache().rows();
+        if rows.enabled() {
+            if let Some(row) = rows.get(self.id, hash, key) {
+                // The row is what a lookup at the run's newest sequence number found: the
+                // same as this lookup finds when no version in it is newer than `max_seq`.
+                if row.first().is_none_or(|e| e.seq <= max_seq) {
+                    out.extend(row.iter().cloned());
+                    return Ok(());
+                }
+            }
+        }
+        let start = out.len();
         let p = Purpose::UserRead;
         let mut c = iter::Cursor::default();
         c.seek(self, key, max_seq, p)?;
@@ -617,7 +635,16 @@ impl Run {
             }
             c.next(self, p)?;
         }
+        if rows.enabled() && max_seq >= self.meta.max_seq {
+            rows.insert(self.id, hash, key, &out[start..]);
+        }
         Ok(())
+    }
+
+    /// This process's name for the run: unique among every run opened or built since the
+    /// process started.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// An iterator over the entries with key in (`lo`, `hi`), all versions, in entry order or

@@ -19,6 +19,10 @@ use crate::testutil::seed;
 const DATA: &str = "/db/data";
 
 fn store() -> (FaultFs, Arc<PageFile>) {
+    store_with(Cache::new(1 << 20))
+}
+
+fn store_with(cache: Cache) -> (FaultFs, Arc<PageFile>) {
     let fs = FaultFs::new();
     fs.create_dir_all(Path::new("/db")).unwrap();
     let file = fs
@@ -32,7 +36,7 @@ fn store() -> (FaultFs, Arc<PageFile>) {
         .unwrap();
     let pf = PageFile::new(
         file,
-        Cache::new(1 << 20),
+        cache,
         Allocator::new(1),
         Arc::new(IoCounters::default()),
     );
@@ -267,6 +271,77 @@ fn large_round_trip_and_allocator() {
         pf.alloc().release(*e);
     }
     assert_eq!(pf.alloc().free_pages(), pf.alloc().end() - 1);
+}
+
+/// Point lookups through the row cache find what the model holds at every sequence number:
+/// rows filled by lookups at the newest sequence number answer later ones (no page read), and a
+/// lookup older than a row's newest version reads the pages instead.
+#[test]
+fn row_cache_answers_as_the_pages_do() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let (_fs, pf) = store_with(Cache::with_rows(4 << 20, 1 << 20));
+    let m = model(&mut rng, 5_000);
+    let run = build(&pf, &m, opts());
+    let keys: Vec<Arc<[u8]>> = m.iter().map(|e| e.key.clone()).collect();
+    let absent: Vec<Vec<u8>> = (0..200)
+        .map(|i| format!("zz-absent-{i}").into_bytes())
+        .collect();
+    let mut out = Vec::new();
+    for round in 0..3 {
+        for _ in 0..4_000 {
+            let key: &[u8] = if rng.gen_ratio(1, 10) {
+                &absent[rng.gen_range(0..absent.len())]
+            } else {
+                &keys[rng.gen_range(0..keys.len())]
+            };
+            let max_seq = match rng.gen_range(0..3) {
+                0 => rng.gen_range(1..1_000_000_000u64),
+                _ => u64::MAX,
+            };
+            out.clear();
+            out.push(Entry::new(b"before", 1, Kind::Put, b"kept"));
+            run.get(key, max_seq, &mut out).unwrap();
+            assert_eq!(&*out[0].key, b"before", "entries already in `out` are kept");
+            let want = model_get(&m, key, max_seq);
+            assert!(
+                out[1..] == want[..],
+                "round {round}: {key:?} at {max_seq}: {:?}, model {:?}",
+                &out[1..],
+                want
+            );
+        }
+    }
+    let st = pf.cache().stats();
+    println!("row cache: {st:?}");
+    assert!(st.row_hits > 5_000, "{st:?}");
+    assert!(st.row_bytes > 0 && st.row_bytes <= st.row_capacity_bytes);
+    // Lookups answered from rows read no pages, not even from the page cache (a key whose
+    // values are small: a row of large values is not kept).
+    let hot = m
+        .iter()
+        .map(|e| e.key.clone())
+        .find(|k| {
+            m.iter()
+                .filter(|e| e.key == *k)
+                .all(|e| e.value.len() < 200)
+        })
+        .unwrap();
+    run.get(&hot, u64::MAX, &mut out).unwrap();
+    let before = (pf.counters().snapshot().total_read(), pf.cache().stats());
+    for _ in 0..100 {
+        out.clear();
+        run.get(&hot, u64::MAX, &mut out).unwrap();
+        assert!(out == model_get(&m, &hot, u64::MAX));
+    }
+    let after = (pf.counters().snapshot().total_read(), pf.cache().stats());
+    assert_eq!(after.0, before.0, "bytes read from the device");
+    assert_eq!(
+        (after.1.hits, after.1.misses),
+        (before.1.hits, before.1.misses),
+        "page lookups"
+    );
+    assert_eq!(after.1.row_hits, before.1.row_hits + 100);
 }
 
 #[test]
