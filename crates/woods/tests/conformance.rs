@@ -994,6 +994,69 @@ fn newer_log_survives_test(kind: IndexKind) {
     db.close().expect("close");
 }
 
+/// Point lookups of a hot set, again and again, over data larger than the cache: the kinds that
+/// read immutable runs answer the repeats from the row cache, and every answer is the newest
+/// value, also after the hot keys are overwritten, deleted and merged into (and those writes
+/// moved into the index).
+fn row_cache_test(kind: IndexKind) {
+    let name = kind.name();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        cache_bytes: 1 << 20,
+        ..small_options(&kind)
+    };
+    let db = Db::open(dir.path(), opts).expect("open");
+    let n = 20_000u64;
+    let value = |i: u64, round: u64| format!("value {i} round {round} {}", "x".repeat(60));
+    for i in 0..n {
+        let k = key_of(i.wrapping_mul(7_919) % n);
+        db.put(&k, value(i.wrapping_mul(7_919) % n, 0))
+            .expect("put");
+    }
+    db.drain().expect("drain");
+    let hot: Vec<u64> = (0..100).map(|i| i * 197 % n).collect();
+    let lookups = |db: &Db, want: &dyn Fn(u64) -> Option<Vec<u8>>| {
+        for _ in 0..5 {
+            for &i in &hot {
+                assert_eq!(db.get(key_of(i)).expect("get"), want(i), "{name}: key {i}");
+            }
+        }
+    };
+    let before = db.stats().cache;
+    lookups(&db, &|i| Some(value(i, 0).into_bytes()));
+    let after = db.stats().cache;
+    if name == "btree" {
+        assert_eq!(
+            after.row_capacity_bytes, 0,
+            "{name} has no use for a row cache"
+        );
+    } else {
+        let hits = after.row_hits - before.row_hits;
+        assert!(
+            hits >= 400,
+            "{name}: {hits} row cache hits for 500 lookups of 100 keys"
+        );
+        assert!(after.row_bytes <= after.row_capacity_bytes);
+    }
+    // New versions of the hot keys, in the memtable and then in the index.
+    for &i in &hot {
+        match i % 3 {
+            0 => db.put(key_of(i), value(i, 1)).expect("put"),
+            1 => db.delete(key_of(i)).expect("delete"),
+            _ => db.merge(key_of(i), b"+1").expect("merge"),
+        }
+    }
+    let newest = |i: u64| match i % 3 {
+        0 => Some(value(i, 1).into_bytes()),
+        1 => None,
+        _ => Some(format!("{}+1", value(i, 0)).into_bytes()),
+    };
+    lookups(&db, &newest);
+    db.drain().expect("drain");
+    lookups(&db, &newest);
+    db.close().expect("close");
+}
+
 macro_rules! suite {
     ($($m:ident: $k:expr),*) => {$(
         mod $m {
@@ -1011,6 +1074,7 @@ macro_rules! suite {
             #[test] fn oversized_batch() { oversized_batch_test(kind($k)) }
             #[test] fn empty_wal_file() { empty_wal_file_test(kind($k)) }
             #[test] fn drain() { drain_test(kind($k)) }
+            #[test] fn row_cache() { row_cache_test(kind($k)) }
         }
     )*};
 }
