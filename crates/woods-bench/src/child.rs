@@ -44,6 +44,10 @@ pub struct ChildSetup {
 /// `MALLOC_ARENA_MAX` of every engine's child, unless the bench's own environment sets it.
 pub const MALLOC_ARENAS: &str = "2";
 
+/// `MALLOC_MMAP_THRESHOLD_` of every engine's child (glibc's initial threshold, fixed), unless
+/// the bench's own environment sets it.
+pub const MALLOC_MMAP_THRESHOLD: &str = "131072";
+
 /// Runs `spec` in a child: `exe PREFIX... --child JSON`. `prefix` is what the binary needs
 /// before the bench's own arguments (`["bench"]` for `woods`, nothing for `woods-bench`).
 pub fn run_in_child(exe: &Path, prefix: &[OsString], spec: &RunSpec) -> BenchResult<EngineResult> {
@@ -73,6 +77,13 @@ pub fn run_in_child_with(
         // into one arena are not reused by another: RocksDB's reads through its block cache
         // grew its memory 60% past the cache this way. Two arenas, for every engine alike.
         cmd.env("MALLOC_ARENA_MAX", MALLOC_ARENAS);
+    }
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        // And a fixed mmap threshold: glibc raises it to the size of each large mapping freed
+        // (up to 32 MiB), after which large buffers come from the heap and fragment it (a woods
+        // `stbe` child grew past its cgroup's limit at 50 million records this way). The
+        // setting woods documents for its users (woods::heap), for every engine alike.
+        cmd.env("MALLOC_MMAP_THRESHOLD_", MALLOC_MMAP_THRESHOLD);
     }
     let mut child = cmd
         .args(prefix)

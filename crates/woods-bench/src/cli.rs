@@ -206,8 +206,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub background_threads: usize,
     /// The most of each woods engine's cache its row cache may take (`Options::row_cache_bytes`;
-    /// K, M, G suffixes; 0: none) [default: woods' own, an eighth of the cache]. The peers keep
-    /// their own settings (none has a row cache on).
+    /// K, M, G suffixes) [default: woods' own, none]. The peers keep their own settings (none
+    /// has a row cache on).
     #[arg(long, value_name = "B", value_parser = parse_size)]
     pub row_cache_bytes: Option<u64>,
     /// Also write every figure as JSON to FILE.

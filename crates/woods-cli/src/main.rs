@@ -434,6 +434,8 @@ fn scan(
 }
 
 fn main() -> ExitCode {
+    // Before anything allocates: resident memory then stays near the budgets (woods::heap).
+    woods::heap::fix_malloc_mmap_threshold();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),

@@ -273,7 +273,7 @@ impl Db {
         // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache.
         let row_bytes = match config.index {
             crate::IndexKind::BTree(_) => 0,
-            _ => opts.row_cache_capacity(),
+            _ => opts.row_cache_bytes,
         };
         let store = Arc::new(PageFile::new(
             file,

@@ -18,6 +18,7 @@ pub mod db;
 pub mod entry;
 pub mod error;
 pub mod filter;
+pub mod heap;
 pub mod index;
 pub mod manifest;
 pub mod memtable;

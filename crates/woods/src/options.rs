@@ -447,10 +447,11 @@ pub struct Options {
     /// row cache together.
     pub cache_bytes: u64,
     /// The most of `cache_bytes` the row cache may take (point lookup results per key and
-    /// immutable run; the pages make room for what it holds). `None`: an eighth of
-    /// `cache_bytes`; `Some(0)`: no row cache. At most half of `cache_bytes`. The `btree` kind,
-    /// whose pages are rewritten in place of a run, does not use it.
-    pub row_cache_bytes: Option<u64>,
+    /// immutable run; the pages make room for what it holds). Default 0: no row cache (under
+    /// YCSB's zipfian it did not measurably reduce device reads here: docs/engine.md). At most
+    /// half of `cache_bytes`. The `btree` kind, whose pages are rewritten in place of a run,
+    /// does not use it.
+    pub row_cache_bytes: u64,
     /// Bytes of one memtable (default 16 MiB). Two may exist at once (active and frozen).
     pub memtable_bytes: u64,
     /// Use direct I/O for the data file where the file system supports it (default true).
@@ -473,7 +474,7 @@ impl Default for Options {
         Options {
             index: None,
             cache_bytes: 64 << 20,
-            row_cache_bytes: None,
+            row_cache_bytes: 0,
             memtable_bytes: 16 << 20,
             direct_io: true,
             durability: Durability::Buffered,
@@ -513,11 +514,6 @@ impl Options {
         }
     }
 
-    /// The row cache's capacity in bytes (see [`Options::row_cache_bytes`]).
-    pub fn row_cache_capacity(&self) -> u64 {
-        self.row_cache_bytes.unwrap_or(self.cache_bytes / 8)
-    }
-
     pub(crate) fn validate(&self) -> Result<()> {
         if self.memtable_bytes < 16 << 10 {
             return Err(Error::InvalidOption(format!(
@@ -537,14 +533,10 @@ impl Options {
                 self.cache_bytes
             )));
         }
-        if self
-            .row_cache_bytes
-            .is_some_and(|r| r > self.cache_bytes / 2)
-        {
+        if self.row_cache_bytes > self.cache_bytes / 2 {
             return Err(Error::InvalidOption(format!(
                 "row_cache_bytes {} above half of cache_bytes {}",
-                self.row_cache_bytes.unwrap_or(0),
-                self.cache_bytes
+                self.row_cache_bytes, self.cache_bytes
             )));
         }
         if self.background_threads > 64 {

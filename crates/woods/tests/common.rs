@@ -50,11 +50,13 @@ pub fn kind(name: &str) -> IndexKind {
         .unwrap_or_else(|| panic!("no kind {name}"))
 }
 
-/// Small memtable and cache (CI scale).
+/// Small memtable and cache (CI scale), with a row cache, so that every read of the suite may
+/// be answered from it.
 pub fn small_options(kind: &IndexKind) -> Options {
     Options {
         index: Some(kind.clone()),
         cache_bytes: 256 << 10,
+        row_cache_bytes: 64 << 10,
         memtable_bytes: 64 << 10,
         merge_operator: Some(Arc::new(Append)),
         ..Options::default()

@@ -1003,6 +1003,7 @@ fn row_cache_test(kind: IndexKind) {
     let dir = tempfile::tempdir().expect("tempdir");
     let opts = Options {
         cache_bytes: 1 << 20,
+        row_cache_bytes: 256 << 10,
         ..small_options(&kind)
     };
     let db = Db::open(dir.path(), opts).expect("open");

@@ -65,7 +65,7 @@ pub struct EngineConfig {
     /// background threads). `None`: 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub background_threads: Option<usize>,
-    /// woods' `Options::row_cache_bytes` (`--row-cache-bytes`). `None`: woods' default.
+    /// woods' `Options::row_cache_bytes` (`--row-cache-bytes`). `None`: woods' default (none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_cache_bytes: Option<u64>,
 }

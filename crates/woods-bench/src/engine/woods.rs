@@ -29,7 +29,7 @@ impl WoodsEngine {
         let opts = Options {
             index: Some(index),
             cache_bytes: split.cache_bytes,
-            row_cache_bytes: cfg.row_cache_bytes,
+            row_cache_bytes: cfg.row_cache_bytes.unwrap_or(0),
             memtable_bytes: split.write_buffer_bytes,
             direct_io: cfg.direct_io,
             wal: !cfg.no_wal,
