@@ -731,6 +731,15 @@ fn bad_input_test(kind: IndexKind) {
         Db::open(dir.path(), no_op),
         Err(Error::MergeOperator(_))
     ));
+    // A row cache larger than half the cache is refused.
+    let big_rows = Options {
+        row_cache_bytes: small_options(&kind).cache_bytes / 2 + 1,
+        ..small_options(&kind)
+    };
+    assert!(matches!(
+        Db::open(dir.path(), big_rows),
+        Err(Error::InvalidOption(_))
+    ));
 }
 
 /// Space: overwriting a fixed key set ten times leaves the file at most 3x its size after the
