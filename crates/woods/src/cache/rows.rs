@@ -163,17 +163,16 @@ impl RowCache {
         let mut s = self.shard(h).lock();
         let before = s.bytes;
         if let Some(&i) = s.map.get(&h) {
-            // The same row again (two readers missed at once) or a hash collision: the newer wins.
-            s.bytes -= s.slots[i].size;
-            s.slots[i] = slot;
-        } else {
-            while !s.slots.is_empty() && s.bytes + size > self.shard_capacity {
-                Self::evict_one(&mut s);
-            }
-            let i = s.slots.len();
-            s.slots.push(slot);
-            s.map.insert(h, i);
+            // The same row again (two readers missed at once) or a hash collision: the newer
+            // wins.
+            Self::remove(&mut s, i);
         }
+        while !s.slots.is_empty() && s.bytes + size > self.shard_capacity {
+            Self::evict_one(&mut s);
+        }
+        let i = s.slots.len();
+        s.slots.push(slot);
+        s.map.insert(h, i);
         s.bytes += size;
         let after = s.bytes;
         drop(s);
@@ -183,6 +182,20 @@ impl RowCache {
         } else {
             self.bytes
                 .fetch_sub((before - after) as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Removes slot `i` (the last slot takes its place).
+    fn remove(s: &mut Shard, i: usize) {
+        let gone = s.slots.swap_remove(i);
+        s.map.remove(&gone.hash);
+        s.bytes -= gone.size;
+        if let Some(moved) = s.slots.get(i) {
+            let h = moved.hash;
+            s.map.insert(h, i);
+        }
+        if s.hand >= s.slots.len() {
+            s.hand = 0;
         }
     }
 
@@ -198,16 +211,7 @@ impl RowCache {
                 break i;
             }
         };
-        let gone = s.slots.swap_remove(victim);
-        s.map.remove(&gone.hash);
-        s.bytes -= gone.size;
-        if let Some(moved) = s.slots.get(victim) {
-            let h = moved.hash;
-            s.map.insert(h, victim);
-        }
-        if s.hand >= s.slots.len() {
-            s.hand = 0;
-        }
+        Self::remove(s, victim);
     }
 }
 
@@ -272,6 +276,24 @@ mod tests {
         let rows = held(0..20_000) as u64;
         assert_eq!(c.bytes(), rows * per_row);
         assert!(c.bytes() > cap / 2, "{} of {cap} bytes used", c.bytes());
+    }
+
+    /// A row replaced by a larger one for the same run and key makes room like a new one.
+    #[test]
+    fn replaced_rows_stay_within_the_capacity() {
+        let cap = 16 * 4096;
+        let c = RowCache::new(cap);
+        for i in 0..10_000u64 {
+            let k = i.to_be_bytes();
+            c.insert(1, hash64(&k), &k, &[put(&k, 1, b"small")]);
+        }
+        for i in 0..10_000u64 {
+            let k = i.to_be_bytes();
+            c.insert(1, hash64(&k), &k, &[put(&k, 2, &[5u8; 200])]);
+            assert!(c.bytes() <= cap, "{} bytes held", c.bytes());
+            let row = c.get(1, hash64(&k), &k).expect("the newest row is kept");
+            assert_eq!(row[0].seq, 2);
+        }
     }
 
     #[test]
