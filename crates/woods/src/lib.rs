@@ -25,6 +25,7 @@ pub mod memtable;
 pub mod merge;
 pub mod options;
 pub mod run;
+pub mod sched;
 pub mod storage;
 pub mod wal;
 
