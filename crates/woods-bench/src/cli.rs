@@ -661,6 +661,28 @@ fn run_parent(
         page_cache_dropped: false,
     };
     let mut err = std::io::stderr();
+    if let Some(kib) = machine
+        .read_ahead_kib
+        .filter(|&k| k > machine::LARGE_READ_AHEAD_KIB)
+    {
+        let mapped: Vec<&String> = engines
+            .iter()
+            .filter(|e| machine::MMAP_ENGINES.contains(&e.as_str()))
+            .collect();
+        if !mapped.is_empty() {
+            let _ = writeln!(
+                err,
+                "woods bench: WARNING: the databases' device reads ahead {kib} KiB; {} read \
+                 through mmap and read up to that much around each page fault (Linux's \
+                 default is 128 KiB: /sys/block/DEV/queue/read_ahead_kb)",
+                mapped
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
     if smoke {
         let _ = writeln!(
             err,

@@ -209,6 +209,21 @@ impl BlockDevice {
             })
     }
 
+    /// The device's read-ahead in KiB (`queue/read_ahead_kb` of it, or of the disk a partition
+    /// is on), from `sys`: how much a buffered read, or a page fault on a mapped file, may read
+    /// around what was asked.
+    pub fn read_ahead_kib(&self, sys: &Path) -> Option<u64> {
+        let node = sys
+            .join("dev/block")
+            .join(format!("{}:{}", self.major, self.minor));
+        [
+            node.join("queue/read_ahead_kb"),
+            node.join("../queue/read_ahead_kb"),
+        ]
+        .iter()
+        .find_map(|f| fs::read_to_string(f).ok()?.trim().parse().ok())
+    }
+
     /// `vda (254:0)`.
     pub fn label(&self) -> String {
         match &self.name {
@@ -334,6 +349,31 @@ pub fn shortfall(proc_written: u64, device_written: u64) -> Option<String> {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// A disk's read-ahead is its own queue's; a partition's is its disk's (sysfs links the
+    /// partition's node inside the disk's directory).
+    #[test]
+    fn read_ahead_of_disks_and_partitions() {
+        let sys = tempfile::tempdir().unwrap();
+        let disk = sys.path().join("devices/sda");
+        fs::create_dir_all(disk.join("queue")).unwrap();
+        fs::create_dir_all(disk.join("sda1")).unwrap();
+        fs::write(disk.join("queue/read_ahead_kb"), "8192\n").unwrap();
+        fs::create_dir_all(sys.path().join("dev/block")).unwrap();
+        std::os::unix::fs::symlink("../../devices/sda", sys.path().join("dev/block/8:0")).unwrap();
+        std::os::unix::fs::symlink("../../devices/sda/sda1", sys.path().join("dev/block/8:1"))
+            .unwrap();
+        let dev = |minor| BlockDevice {
+            major: 8,
+            minor,
+            name: None,
+            source: PathBuf::new(),
+            diskstats: false,
+        };
+        assert_eq!(dev(0).read_ahead_kib(sys.path()), Some(8192));
+        assert_eq!(dev(1).read_ahead_kib(sys.path()), Some(8192));
+        assert_eq!(dev(2).read_ahead_kib(sys.path()), None);
+    }
 
     /// A sysfs stat line as the kernel prints it (17 fields, padded).
     const STAT: &str = " 2512494    15554 53123099   265862  1679845    97156 61728912   246702 \

@@ -38,7 +38,18 @@ pub struct Machine {
     /// Why no block device's counts can be read for the directory.
     #[serde(default)]
     pub block_device_why_not: Option<String>,
+    /// That device's read-ahead in KiB: engines that read through `mmap` (LevelDB, LMDB) read
+    /// up to this much around each page fault.
+    #[serde(default)]
+    pub read_ahead_kib: Option<u64>,
 }
+
+/// Read-ahead above which the bench warns that engines reading through `mmap` read far more
+/// than they use (Linux's default is 128 KiB).
+pub const LARGE_READ_AHEAD_KIB: u64 = 512;
+
+/// The engines that read their files through `mmap`.
+pub const MMAP_ENGINES: [&str; 2] = ["leveldb", "lmdb"];
 
 impl Machine {
     /// This machine, with `dir` (which must exist) holding the databases.
@@ -72,6 +83,10 @@ impl Machine {
             direct_io_supported: metrics::direct_io_supported(dir),
             block_device: block.as_ref().ok().map(BlockDevice::label),
             block_device_counts: block.as_ref().ok().map(|d| d.source.display().to_string()),
+            read_ahead_kib: block
+                .as_ref()
+                .ok()
+                .and_then(|d| d.read_ahead_kib(Path::new("/sys"))),
             block_device_why_not: block.err(),
         }
     }

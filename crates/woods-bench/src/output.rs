@@ -165,6 +165,18 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
         }
         (None, None) => {}
     }
+    if let Some(kib) = m.read_ahead_kib {
+        let _ = writeln!(
+            s,
+            "- **Read-ahead**: {kib} KiB on the device{}",
+            if kib > crate::machine::LARGE_READ_AHEAD_KIB {
+                " (large: engines reading through `mmap`, LevelDB and LMDB, read up to this \
+                 much around each page fault; Linux's default is 128 KiB)"
+            } else {
+                ""
+            }
+        );
+    }
     let names = |direct: bool| -> Vec<String> {
         rep.results
             .iter()
