@@ -456,7 +456,9 @@ pub struct PhaseResult {
     pub own: OwnCounters,
     /// proc_written ÷ user_bytes.
     pub write_amp: Option<f64>,
-    /// (proc_written − the engine's WAL bytes) ÷ user_bytes.
+    /// Bytes written besides the log ÷ user_bytes: the engine's own count less its log count
+    /// where it has both (its log may never reach the device, and /proc then never counts it),
+    /// else (proc_written − the engine's WAL bytes).
     pub write_amp_no_wal: Option<f64>,
     /// The engine's own written bytes ÷ user_bytes.
     pub own_write_amp: Option<f64>,
@@ -843,6 +845,15 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
     let disk = disk_bytes(&spec.dir)
         .map_err(|e| BenchError::new(format!("measuring {}: {e}", spec.dir.display())))?;
     let no_wal = |total: Option<u64>| Some(total?.saturating_sub(own.wal_written?));
+    // Bytes written besides the log. Where the engine counts both its writes and its log's, the
+    // difference: its log may never reach the device (written to the page cache, its file deleted
+    // before write-back), so /proc less the log count would take away bytes /proc never counted
+    // (every load of this machine's runs: WA-WAL fell a whole unit short). Else /proc less the
+    // log count, which undercounts as much as the log was cancelled.
+    let data_written = match (own.written, own.wal_written) {
+        (Some(all), Some(log)) => Some(all.saturating_sub(log)),
+        _ => no_wal(proc_written),
+    };
     let write_amp = |b: Option<u64>| ratio(b?, user_bytes);
     let per_op = |b: Option<u64>| {
         let b = b?;
@@ -872,7 +883,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         device_warning,
         own: own.clone(),
         write_amp: write_amp(proc_written),
-        write_amp_no_wal: write_amp(no_wal(proc_written)),
+        write_amp_no_wal: write_amp(data_written),
         own_write_amp: write_amp(own.written),
         own_write_amp_no_wal: write_amp(no_wal(own.written)),
         read_bytes_per_op: per_op(proc_read),

@@ -44,6 +44,18 @@ fn no_wal_writes_no_log_and_every_record_reads_back() {
                     load.user_bytes
                 );
             }
+            // WA-WAL is what the engine wrote besides its log, whether or not the log reached
+            // the device (/proc less the log count would subtract a cancelled log twice).
+            let written = load.own.written.expect("woods counts its writes");
+            let data = (written - wal) as f64 / load.user_bytes as f64;
+            let wa_wal = load.write_amp_no_wal.expect("WA-WAL");
+            assert!(
+                (wa_wal - data).abs() < 1e-9,
+                "{engine}: WA-WAL {wa_wal}, data {data}"
+            );
+            if no_wal {
+                assert_eq!(load.write_amp_no_wal, load.own_write_amp);
+            }
             // Every get is checked against the record's value: a lost write fails the run.
             let reads = &r.phases[1];
             assert_eq!(reads.checked, 500, "{engine} no_wal={no_wal}");
