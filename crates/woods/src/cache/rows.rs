@@ -2,7 +2,8 @@
 //! again costs no page read. A page holds some thirty records; under a skewed workload (YCSB's
 //! zipfian) the hot records are scattered one per page, and a page cache of a given size holds
 //! far fewer of them than a cache of the records themselves (RocksDB's `row_cache` makes the same
-//! trade).
+//! trade). Measured here it did not pay (docs/engine.md), so `Options::row_cache_bytes` is 0 by
+//! default.
 //!
 //! Entries are keyed by a run's in-process id ([`crate::run::Run::id`], never reused) and the
 //! key, so an entry can never go stale: a run is immutable, and a run written in its place gets a
@@ -24,8 +25,8 @@ const SHARDS: usize = 16;
 /// Bytes charged per cached row besides its keys and values: the slot (64), its map entry at the
 /// table's lowest load (32), the key's and the row's allocations (allocator headers and
 /// rounding, the row's reference counts: 64); and per entry, the `Entry` (48) and its key's
-/// and value's shared allocations (reference counts and allocator headers: 64). Measured
-/// resident memory per row stays within these (the allocator's rounding aside).
+/// and value's shared allocations (reference counts and allocator headers: 64). Estimates from
+/// the types' sizes and glibc's chunk headers, not measurements.
 const ROW_OVERHEAD: usize = 160;
 const ENTRY_OVERHEAD: usize = 112;
 
