@@ -223,10 +223,14 @@ pub fn draw(points: &[Point], x_desc: &str, out: &Path) -> Result<Vec<PathBuf>, 
             let _ = write!(md, "---:|");
         }
         md.push('\n');
-        for p in points {
-            let _ = write!(md, "| {} |", p.x);
+        // A row per x: runs at the same x (engines run apart) share one.
+        let mut xs: Vec<f64> = points.iter().map(|p| p.x).collect();
+        xs.sort_by(f64::total_cmp);
+        xs.dedup();
+        for x in xs {
+            let _ = write!(md, "| {x} |");
             for (_, pts) in &ls {
-                match pts.iter().find(|(x, _)| *x == p.x) {
+                match pts.iter().find(|(px, _)| *px == x) {
                     Some((_, v)) => {
                         let _ = write!(md, " {} |", (f.show)(*v));
                     }

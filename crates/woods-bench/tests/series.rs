@@ -103,4 +103,8 @@ fn figures_of_runs_against_their_sizes() {
         md.contains("| records | woods:lsm | woods:btree (fillrandom) | woods:btree (fillseq) |"),
         "{md}"
     );
+    // The two runs share x = 2000: one row of each table holds both, no value missing.
+    let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| 2000 |")).collect();
+    assert_eq!(rows.len(), 7, "a row per figure: {md}");
+    assert!(rows.iter().all(|r| !r.contains(" - |")), "{md}");
 }
