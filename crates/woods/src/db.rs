@@ -399,10 +399,7 @@ impl Db {
         let mut ws = self.workers.lock();
         for _ in 0..self.inner.opts.background_threads {
             let inner = self.inner.clone();
-            ws.push(std::thread::spawn(move || {
-                crate::sched::lower_this_thread();
-                inner.worker_loop()
-            }));
+            ws.push(std::thread::spawn(move || inner.worker_loop()));
         }
     }
 

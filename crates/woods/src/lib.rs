@@ -25,7 +25,6 @@ pub mod memtable;
 pub mod merge;
 pub mod options;
 pub mod run;
-pub mod sched;
 pub mod storage;
 pub mod wal;
 

@@ -43,10 +43,7 @@ impl<D: Durable> WithCommitter<D> {
         let shared = index.clone();
         let thread = std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || {
-                crate::sched::lower_this_thread();
-                shared.committer().run(&*shared)
-            })
+            .spawn(move || shared.committer().run(&*shared))
             .map_err(|e| Error::io(format!("starting the {name} thread"), e))?;
         Ok(WithCommitter {
             index,
