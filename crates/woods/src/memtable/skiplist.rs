@@ -412,12 +412,15 @@ impl SkipList {
     pub fn seek(&self, key: &[u8], seq: u64) -> Option<Pos> {
         let mut at = self.head.cast_const();
         let prefix = key_prefix(key);
+        let mut found = ptr::null_mut();
+        // The list's height is at least 1: the last pass is at level 0.
         for level in (0..self.height.load(AtOrd::Acquire)).rev() {
-            at = self.find_splice(key, prefix, seq, level, at).0;
+            (at, found) = self.find_splice(key, prefix, seq, level, at);
         }
-        // SAFETY: `at` is the head or a published node.
-        let n = unsafe { Node::next(at, 0) };
-        (!n.is_null()).then_some(Pos(n))
+        // The successor the level-0 search compared, not `at`'s next pointer loaded again: a
+        // node a concurrent writer links after `at` meanwhile may order before (key, seq), and
+        // returning it would hide the entry sought (a reader's get then missed a present key).
+        (!found.is_null()).then_some(Pos(found))
     }
 
     /// The last entry ordering before (`key`, `seq`).
@@ -597,6 +600,56 @@ mod tests {
         for probe in &keys {
             let got = l.seek(probe, u64::MAX).map(|p| l.get(p).key.to_vec());
             assert_eq!(got.as_deref(), Some(&probe[..]), "seek {probe:?}");
+        }
+    }
+
+    /// Readers seeking entries inserted earlier by a concurrent writer always find them (a
+    /// reader's descent must never pass a published node).
+    #[test]
+    fn readers_find_what_a_concurrent_writer_inserted() {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let l = Arc::new(SkipList::new());
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let key = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes();
+        let readers: Vec<_> = (0..2u64)
+            .map(|r| {
+                let (l, done, stop) = (l.clone(), done.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut x = r + 1;
+                    let mut misses = Vec::new();
+                    while !stop.load(AtOrd::Relaxed) {
+                        let n = done.load(AtOrd::Acquire);
+                        if n == 0 {
+                            continue;
+                        }
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let i = (x >> 33) % n;
+                        let got = l.seek(&key(i), n).map(|p| l.get(p).seq);
+                        if got != Some(i + 1) {
+                            misses.push((i, n, got));
+                        }
+                    }
+                    misses
+                })
+            })
+            .collect();
+        for i in 0..200_000u64 {
+            let seq = i + 1;
+            l.insert(&key(i), seq, Kind::Put, &[1u8; 8], height_of(seq));
+            done.store(i + 1, AtOrd::Release);
+        }
+        stop.store(true, AtOrd::Relaxed);
+        for r in readers {
+            let m = r.join().unwrap();
+            assert!(
+                m.is_empty(),
+                "{} misses, first {:?}",
+                m.len(),
+                &m[..m.len().min(5)]
+            );
         }
     }
 
