@@ -665,9 +665,10 @@ fn run_parent(
         .read_ahead_kib
         .filter(|&k| k > machine::LARGE_READ_AHEAD_KIB)
     {
-        let mapped: Vec<&String> = engines
+        let mapped: Vec<&str> = engines
             .iter()
-            .filter(|e| machine::MMAP_ENGINES.contains(&e.as_str()))
+            .map(|e| e.as_str())
+            .filter(|e| machine::MMAP_ENGINES.contains(e))
             .collect();
         if !mapped.is_empty() {
             let _ = writeln!(
@@ -675,11 +676,7 @@ fn run_parent(
                 "woods bench: WARNING: the databases' device reads ahead {kib} KiB; {} read \
                  through mmap and read up to that much around each page fault (Linux's \
                  default is 128 KiB: /sys/block/DEV/queue/read_ahead_kb)",
-                mapped
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                mapped.join(", ")
             );
         }
     }

@@ -20,6 +20,25 @@ pub mod rows;
 
 pub use rows::{Row, RowCache};
 
+/// CLOCK: from `hand`, clears reference bits until an unreferenced item comes round, leaves
+/// `hand` past it and returns its index (`items` is not empty). The page cache and the row cache
+/// evict with it.
+fn clock_victim<T>(
+    items: &mut [T],
+    hand: &mut usize,
+    referenced: fn(&mut T) -> &mut bool,
+) -> usize {
+    loop {
+        let i = *hand % items.len();
+        *hand = (i + 1) % items.len();
+        let r = referenced(&mut items[i]);
+        if !*r {
+            return i;
+        }
+        *r = false;
+    }
+}
+
 /// A page as the cache holds it: `PAGE_SIZE` aligned bytes, checksum verified.
 pub type PageRef = Arc<AlignedBuf>;
 
@@ -203,18 +222,9 @@ impl Cache {
         self.evictions.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// CLOCK: clears reference bits until an unreferenced frame comes round; returns its index
-    /// (the shard has frames).
+    /// CLOCK over a shard's frames (the shard has frames).
     fn clock_victim(s: &mut Shard) -> usize {
-        loop {
-            let h = s.hand % s.frames.len();
-            s.hand = (h + 1) % s.frames.len();
-            if s.frames[h].referenced {
-                s.frames[h].referenced = false;
-                continue;
-            }
-            return h;
-        }
+        clock_victim(&mut s.frames, &mut s.hand, |f| &mut f.referenced)
     }
 
     /// Drops a page if cached (its location is being rewritten or freed).

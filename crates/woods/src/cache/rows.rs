@@ -5,8 +5,8 @@
 //! trade). Measured here it did not pay (docs/engine.md), so `Options::row_cache_bytes` is 0 by
 //! default.
 //!
-//! Entries are keyed by a run's in-process id ([`crate::run::Run::id`], never reused) and the
-//! key, so an entry can never go stale: a run is immutable, and a run written in its place gets a
+//! Entries are keyed by a run's in-process id (assigned when a `Run` is opened or built, never
+//! reused) and the key, so an entry can never go stale: a run is immutable, and a run written in its place gets a
 //! new id. Entries of runs that are gone age out through CLOCK like any other.
 //!
 //! The row cache shares its owner's budget: the bytes it holds are taken from what the page
@@ -203,15 +203,7 @@ impl RowCache {
     /// CLOCK: clears reference bits until an unreferenced slot comes round and removes it (the
     /// shard has slots).
     fn evict_one(s: &mut Shard) {
-        let victim = loop {
-            let i = s.hand % s.slots.len();
-            s.hand = (i + 1) % s.slots.len();
-            if s.slots[i].referenced {
-                s.slots[i].referenced = false;
-            } else {
-                break i;
-            }
-        };
+        let victim = super::clock_victim(&mut s.slots, &mut s.hand, |r| &mut r.referenced);
         Self::remove(s, victim);
     }
 }

@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
-
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};

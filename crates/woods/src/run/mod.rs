@@ -641,12 +641,6 @@ impl Run {
         Ok(())
     }
 
-    /// This process's name for the run: unique among every run opened or built since the
-    /// process started.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
     /// An iterator over the entries with key in (`lo`, `hi`), all versions, in entry order or
     /// (`reverse`) exactly reversed: key descending, seq ascending. Lazy: pages are read as it
     /// goes, through the cache when `purpose` is `UserRead`, bypassing it otherwise.
