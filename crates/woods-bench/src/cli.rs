@@ -172,6 +172,12 @@ pub struct BenchArgs {
     /// `next` calls after each seek of seekrandom.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub seek_nexts: usize,
+    /// Stop each phase after SECS seconds; its figures cover the operations done by then (the
+    /// table's ops column says how many). readseq, one scan, is not cut, and a load only when
+    /// it is the last phase (the phases after a load need every record): a load too slow to
+    /// finish is measured by `--workloads fillrandom --duration SECS`.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub duration: Option<u64>,
     /// Request distribution of every YCSB phase [default: each workload's own: latest for
     /// ycsb-d, zipfian for the others].
     #[arg(long, value_enum, value_name = "D")]
@@ -373,6 +379,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
+/// A phase's time limit in whole seconds, at least 1.
+pub fn parse_secs(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not a number of seconds (at least 1)")),
+    }
+}
+
 /// The phases of a run from the arguments: `--workloads` with per-phase `:OPS`, or the
 /// default list.
 pub fn phases(args: &BenchArgs) -> Result<Vec<Phase>, String> {
@@ -500,6 +514,9 @@ pub struct BenchReport {
     #[serde(default)]
     pub sequential_percent: f64,
     pub seek_nexts: usize,
+    /// `--duration`: each phase stopped after this many seconds (absent: run to the end).
+    #[serde(default)]
+    pub duration_secs: Option<u64>,
     pub distribution: Option<Distribution>,
     pub key_size: usize,
     pub value_size: usize,
@@ -618,6 +635,7 @@ fn run_parent(
         distribution: args.distribution,
         seed: args.seed,
         progress: true,
+        duration: args.duration.map(std::time::Duration::from_secs),
     };
     // The children would find the same mistakes, once per engine.
     spec_for("", PathBuf::new())
@@ -854,6 +872,7 @@ fn run_parent(
         miss_ratio: args.miss_ratio,
         sequential_percent: args.sequential_percent,
         seek_nexts: args.seek_nexts,
+        duration_secs: args.duration,
         distribution: args.distribution,
         key_size: args.key_size,
         value_size: args.value_size,

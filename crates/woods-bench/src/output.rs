@@ -259,7 +259,12 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
             "; **no write-ahead log** (`--no-wal`)"
         } else {
             ""
-        },
+        }
+        .to_string()
+            + &rep
+                .duration_secs
+                .map(|d| format!("; **each phase stopped after {d} s** (`--duration`)"))
+                .unwrap_or_default(),
         rep.seed
     );
     let _ = writeln!(

@@ -255,6 +255,11 @@ pub struct RunSpec {
     pub seed: u64,
     /// Print a progress line on stderr about once a second.
     pub progress: bool,
+    /// Stop each phase after this long, its figures covering the operations done by then
+    /// (`readseq`, one scan, is not cut). A load is cut only when it is the last phase: the
+    /// phases after a load need every record.
+    #[serde(default)]
+    pub duration: Option<std::time::Duration>,
 }
 
 impl RunSpec {
@@ -283,6 +288,7 @@ impl RunSpec {
             distribution: None,
             seed: 0,
             progress: false,
+            duration: None,
         }
     }
 
@@ -694,6 +700,8 @@ struct Ctx<'a> {
     /// YCSB's record choosers, built before the clock starts (zeta takes a while).
     chooser: Option<Chooser>,
     permutation: Option<LoadOrder>,
+    /// When the clients stop (`RunSpec::duration`).
+    deadline: Option<Instant>,
 }
 
 /// The record a load inserts at each position, for the loads that are not in record order.
@@ -764,6 +772,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         failed: AtomicBool::new(false),
         chooser,
         permutation,
+        deadline: cut_after(s).map(|d| Instant::now() + d),
     };
     let start = Instant::now();
     let outcomes: Vec<BenchResult<ClientResult>> = thread::scope(|scope| {
@@ -802,7 +811,10 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
     }
     if let Some(f) = w.load_format() {
         debug_assert_eq!(Some(f), spec.key_format());
-        s.expected.loaded(spec.records);
+        // A load cut short by the deadline is the last phase: no phase reads after it.
+        if ops_done == ops {
+            s.expected.loaded(spec.records);
+        }
     }
     end_bar();
     if w.writes() {
@@ -902,6 +914,14 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
     Ok((r, version))
 }
 
+/// How long the phase may run: `RunSpec::duration`, except for a load with phases after it.
+fn cut_after(s: &Shared) -> Option<std::time::Duration> {
+    let last = s.phase_no + 1 == s.spec.phases.len() as u64;
+    s.spec
+        .duration
+        .filter(|_| last || !s.phase.workload.is_load())
+}
+
 /// How a YCSB phase picks records (YCSB's `keychooser` and `nextKeynum`).
 #[derive(Clone)]
 enum Chooser {
@@ -975,6 +995,8 @@ struct Client<'a> {
     scratch: Vec<u8>,
     progress: Option<Progress>,
     unreported: u64,
+    /// Operations done (counted by `tick`).
+    ticked: u64,
 }
 
 /// A wrong answer: the run fails with this.
@@ -1021,6 +1043,7 @@ impl<'a> Client<'a> {
                 started: start,
             }),
             unreported: 0,
+            ticked: 0,
         }
     }
 
@@ -1028,8 +1051,10 @@ impl<'a> Client<'a> {
         &self.ctx.s.spec.engine
     }
 
-    /// Counts `n` operations for the progress line; false when another client failed.
+    /// Counts `n` operations for the progress line; false when the client must stop: another
+    /// client failed, or the phase's time is up.
     fn tick(&mut self, n: u64) -> bool {
+        self.ticked += n;
         self.unreported += n;
         if self.unreported >= 256 {
             let done =
@@ -1038,7 +1063,8 @@ impl<'a> Client<'a> {
             if let Some(p) = &mut self.progress {
                 p.tick(done);
             }
-            return !self.ctx.failed.load(Ordering::Relaxed);
+            let late = self.ctx.deadline.is_some_and(|d| Instant::now() >= d);
+            return !late && !self.ctx.failed.load(Ordering::Relaxed);
         }
         true
     }
@@ -1049,7 +1075,9 @@ impl<'a> Client<'a> {
         let spec = s.spec;
         let (lo, hi) = share(ctx.ops, self.t, spec.threads);
         let mine = hi - lo;
-        let mut ops = mine;
+        // Operations done: each loop ticks once per operation (the sequential read, one scan,
+        // counts its entries).
+        let mut ops = None;
         match s.phase.workload {
             Workload::FillSeq | Workload::YcsbLoad => {
                 for i in lo..hi {
@@ -1111,7 +1139,7 @@ impl<'a> Client<'a> {
                     }
                 }
             }
-            Workload::ReadSeq => ops = self.read_seq(mine)?,
+            Workload::ReadSeq => ops = Some(self.read_seq(mine)?),
             w => {
                 let mix = Discrete::new(w.ycsb_mix().expect("the other workloads are YCSB's"));
                 let mut chooser = ctx.chooser.clone().expect("YCSB phases have a chooser");
@@ -1147,7 +1175,7 @@ impl<'a> Client<'a> {
             counts: self.counts,
             checked: self.checked,
             user_bytes: self.user_bytes,
-            ops,
+            ops: ops.unwrap_or(self.ticked),
         })
     }
 

@@ -78,6 +78,7 @@ fn out_dir_holds_json_charts_and_summary() {
         miss_ratio: 0.0,
         sequential_percent: 0.0,
         seek_nexts: 10,
+        duration_secs: None,
         distribution: None,
         key_size: 24,
         value_size: 100,

@@ -24,6 +24,10 @@ pub struct FjallEngine {
     sync: bool,
 }
 
+/// The most memtables fjall holds at once: the active one and 4 sealed (`local_backpressure`
+/// halts writers at 4 sealed).
+const FJALL_MEMTABLES: u64 = 5;
+
 fn err(what: &str, e: fjall::Error) -> BenchError {
     BenchError::new(format!("fjall {what}: {e}"))
 }
@@ -31,8 +35,8 @@ fn err(what: &str, e: fjall::Error) -> BenchError {
 impl FjallEngine {
     /// Opens (or creates) a fjall database in `dir` with one keyspace: the journal on and
     /// written to the OS after every write but not synced, compression off, 10 bits/key bloom
-    /// filters on every level, a memtable of the budget's write-buffer share and a block cache
-    /// of the rest. With `cfg.sync` every write is followed by
+    /// filters on every level, memtables of a fifth of the budget's two write buffers (fjall
+    /// may hold five) and a block cache of the rest. With `cfg.sync` every write is followed by
     /// `Database::persist(PersistMode::SyncData)` (an `fdatasync` of the journal; fjall has no
     /// per-write sync option). fjall has no direct I/O.
     pub fn open(dir: &Path, cfg: &EngineConfig) -> BenchResult<FjallEngine> {
@@ -49,7 +53,11 @@ impl FjallEngine {
             .manual_journal_persist(false)
             .open()
             .map_err(|e| err("open", e))?;
-        let memtable = split.write_buffer_bytes;
+        // fjall keeps writing while up to 4 sealed memtables wait for their flush (it halts
+        // writers at 4), so it may hold 5 memtables at once: each gets a fifth of the two
+        // write buffers every engine's budget has, or it outgrows the budget (at 20M records
+        // 5 x 32 MiB with the cache OOM-killed it in its memory cgroup).
+        let memtable = (2 * split.write_buffer_bytes / FJALL_MEMTABLES).max(1 << 20);
         let ks = db
             .keyspace("bench", move || {
                 KeyspaceCreateOptions::default()
