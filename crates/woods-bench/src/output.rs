@@ -242,7 +242,7 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
     let data = rep.records * (rep.key_size + rep.value_size) as u64;
     let _ = writeln!(
         s,
-        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); {}{}; \
+        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); {}{}{}; \
          seed {}",
         rep.records,
         rep.key_size,
@@ -259,12 +259,10 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
             "; **no write-ahead log** (`--no-wal`)"
         } else {
             ""
-        }
-        .to_string()
-            + &rep
-                .duration_secs
-                .map(|d| format!("; **each phase stopped after {d} s** (`--duration`)"))
-                .unwrap_or_default(),
+        },
+        rep.duration_secs
+            .map(|d| format!("; **each phase stopped after {d} s** (`--duration`)"))
+            .unwrap_or_default(),
         rep.seed
     );
     let _ = writeln!(

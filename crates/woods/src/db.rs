@@ -143,6 +143,18 @@ pub struct Db {
 /// The longest a writer behind the pacing schedule waits for background work per write.
 const PACE_WAIT: Duration = Duration::from_millis(1);
 
+/// Starts a thread of woods' own named `name`; failing to start one is an I/O error of the
+/// call that needed it, not a panic.
+pub(crate) fn spawn_thread<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<JoinHandle<T>> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .map_err(|e| Error::io(format!("starting the {name} thread"), e))
+}
+
 fn elapsed_ns(t: Instant) -> u64 {
     t.elapsed().as_nanos().min(u64::MAX as u128) as u64
 }
@@ -401,12 +413,9 @@ impl Db {
         for i in 0..self.inner.opts.background_threads {
             let inner = self.inner.clone();
             // Named, so that `top -H` and profilers tell index work from the writers.
-            let name = format!("woods-bg-{i}");
-            let t = std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || inner.worker_loop())
-                .map_err(|e| Error::io(format!("starting the {name} thread"), e))?;
-            ws.push(t);
+            ws.push(spawn_thread(&format!("woods-bg-{i}"), move || {
+                inner.worker_loop()
+            })?);
         }
         Ok(())
     }
@@ -813,7 +822,7 @@ impl Inner {
         // step of credit and may fall behind when a step takes longer than `PACE_WAIT`; the
         // schedule follows the debt's upper bound, about 2.7 times the work done, so it is not
         // enforced more strictly than that.)
-        let far = threads && room <= self.opts.memtable_bytes / 16;
+        let far = threads && room <= self.schedule_margin();
         if !far && take < step && take < debt {
             return Ok(());
         }
@@ -846,7 +855,7 @@ impl Inner {
     /// of the memtable (slack for the last writes, which may not all fit). A debt above the
     /// schedule's start (new work, or the first write after open) starts a new schedule.
     fn on_schedule(&self, debt: u64, room: u64) -> u64 {
-        let margin = self.opts.memtable_bytes / 16;
+        let margin = self.schedule_margin();
         let mut d0 = self.sched_debt.load(Ordering::Relaxed);
         let mut r0 = self.sched_room.load(Ordering::Relaxed);
         if debt > d0 || room > r0 {
@@ -857,6 +866,12 @@ impl Inner {
         let left = room.saturating_sub(margin) as u128;
         let span = r0.saturating_sub(margin).max(1) as u128;
         (d0 as u128 * left.min(span) / span) as u64
+    }
+
+    /// The memtable room left where the pacing schedule reaches zero debt: a sixteenth of the
+    /// memtable.
+    fn schedule_margin(&self) -> u64 {
+        self.opts.memtable_bytes / 16
     }
 
     /// The work one background step or paced step does: 1/256 of a memtable (at least 16 KiB),

@@ -40,10 +40,7 @@ impl<D: Durable> WithCommitter<D> {
     pub fn start(name: &str, index: D) -> Result<Self> {
         let index = Arc::new(index);
         let shared = index.clone();
-        let thread = std::thread::Builder::new()
-            .name(name.to_string())
-            .spawn(move || shared.committer().run(&*shared))
-            .map_err(|e| Error::io(format!("starting the {name} thread"), e))?;
+        let thread = crate::db::spawn_thread(name, move || shared.committer().run(&*shared))?;
         Ok(WithCommitter {
             index,
             thread: Some(thread),
