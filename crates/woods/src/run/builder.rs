@@ -3,6 +3,7 @@
 //! [`RunBuilder::finish`].
 
 use std::cmp::Ordering;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::format::{
@@ -14,7 +15,12 @@ use super::{RunMeta, RunOptions};
 use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};
 use crate::error::{Error, Result};
 use crate::filter::{FilterBuilder, FilterFinish, FilterSpec};
-use crate::storage::{AlignedBuf, Extent, PageFile, PAGE_BODY, PAGE_SIZE};
+use crate::storage::{AlignedBuf, Done, Extent, PageFile, Pending, PAGE_BODY, PAGE_SIZE};
+
+/// Chunks a builder has handed to the page file's I/O threads and not yet waited for: it fills
+/// the next while they are written. The builder's memory is bounded by this many chunks plus
+/// the one being filled.
+pub(crate) const WRITES_IN_FLIGHT: usize = 2;
 
 /// The chunk being filled.
 struct Chunk {
@@ -23,7 +29,8 @@ struct Chunk {
     used: u64,
 }
 
-/// Hands out page numbers and writes pages, a chunk at a time; remembers every extent it
+/// Hands out page numbers and writes pages, a chunk at a time and behind the caller (the page
+/// file's I/O threads write a chunk while the next is filled); remembers every extent it
 /// allocated so that they can be listed in the run's metadata or released.
 struct Sink {
     store: Arc<PageFile>,
@@ -31,8 +38,10 @@ struct Sink {
     chunk: Option<Chunk>,
     /// Extents holding written pages, in allocation order.
     done: Vec<Extent>,
-    /// The buffer of the last chunk written, reused for the next (no allocation per chunk).
-    spare: Option<AlignedBuf>,
+    /// Writes handed off and not yet waited for, oldest first.
+    writing: VecDeque<Pending<Done>>,
+    /// Buffers of chunks written, reused for the next (no allocation per chunk).
+    spare: Vec<AlignedBuf>,
 }
 
 impl Sink {
@@ -48,8 +57,8 @@ impl Sink {
             for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
                 fill(i, page);
             }
-            self.store
-                .write(extent.start, &mut buf, self.opts.purpose)?;
+            let len = buf.len();
+            self.hand_off(extent.start, buf, len)?;
             return Ok(extent.start);
         }
         if self
@@ -64,7 +73,7 @@ impl Sink {
             None => {
                 let extent = self.store.alloc().alloc(chunk_pages);
                 let len = chunk_pages as usize * PAGE_SIZE;
-                let buf = match self.spare.take() {
+                let buf = match self.spare.pop() {
                     Some(b) if b.len() == len => b,
                     _ => AlignedBuf::zeroed(len),
                 };
@@ -114,18 +123,48 @@ impl Sink {
             return Ok(());
         }
         self.note_extent(used);
-        let mut buf = c.buf;
-        let r = self.store.write(
-            used.start,
-            &mut buf[..used.pages as usize * PAGE_SIZE],
-            self.opts.purpose,
-        );
-        self.spare = Some(buf);
+        self.hand_off(used.start, c.buf, used.pages as usize * PAGE_SIZE)
+    }
+
+    /// Hands the first `len` bytes of `buf` to the page file to write at page `start`; waits
+    /// for the oldest write when [`WRITES_IN_FLIGHT`] are out.
+    fn hand_off(&mut self, start: u64, buf: AlignedBuf, len: usize) -> Result<()> {
+        let w = self.store.write_behind(start, buf, len, self.opts.purpose);
+        self.writing.push_back(w);
+        if self.writing.len() > WRITES_IN_FLIGHT {
+            self.wait_oldest()?;
+        }
+        Ok(())
+    }
+
+    fn wait_oldest(&mut self) -> Result<()> {
+        let Some(w) = self.writing.pop_front() else {
+            return Ok(());
+        };
+        let (r, buf) = w.wait()?;
+        if self.spare.len() < WRITES_IN_FLIGHT {
+            self.spare.push(buf);
+        }
         r
     }
 
-    /// Gives back everything allocated.
+    /// Waits for every write handed off; the first failure among them is the result.
+    fn settle(&mut self) -> Result<()> {
+        let mut first = Ok(());
+        while !self.writing.is_empty() {
+            let r = self.wait_oldest();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// Gives back everything allocated, once no write into it is still in flight.
     fn release_all(&mut self) {
+        // A failed write's error was (or will be) reported by the call that waits for it; the
+        // pages go back either way.
+        let _ = self.settle();
         if let Some(c) = self.chunk.take() {
             self.store.alloc().release(c.extent);
         }
@@ -216,7 +255,8 @@ impl RunBuilder {
                 opts,
                 chunk: None,
                 done: Vec::new(),
-                spare: None,
+                writing: VecDeque::new(),
+                spare: Vec::new(),
             },
             page: SlottedPage::default(),
             page_first: None,
@@ -535,6 +575,8 @@ impl RunBuilder {
             body[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(&payload);
         })?;
         self.sink.flush_chunk()?;
+        // The run is complete only once every page of it is written.
+        self.sink.settle()?;
         meta.extents = std::mem::take(&mut self.sink.done);
         Ok(meta)
     }

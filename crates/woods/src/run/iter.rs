@@ -178,7 +178,7 @@ pub struct RunIter {
 impl RunIter {
     /// Caps the pages of one read-ahead request.
     pub(crate) fn set_readahead(&mut self, pages: u64) {
-        self.cursor.ahead.max_pages = pages;
+        self.cursor.ahead.max_pages = pages.max(1);
     }
 
     pub(crate) fn new(

@@ -23,13 +23,15 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 pub use builder::RunBuilder;
+#[cfg(test)]
+pub(crate) use builder::WRITES_IN_FLIGHT;
 pub use iter::RunIter;
 
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::filter::{hash64, Filter};
-use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_SIZE};
+use crate::storage::{AlignedBuf, Done, Extent, PageFile, Pending, Purpose, PAGE_SIZE};
 use format::{
     at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
     PAGE_HEADER, PAYLOAD,
@@ -233,29 +235,40 @@ fn decode_header(page: u64, buf: &[u8]) -> Result<HeaderFields> {
 /// The most pages one read-ahead request of a scan covers (256 KiB, an extent by default).
 pub const READAHEAD_PAGES: u64 = 64;
 
-/// A scan's read-ahead window: consecutive pages read in one request.
+/// A scan's read-ahead window: consecutive pages read in one request. Once the scan has read
+/// two windows one after the other, the window after the current one is read on the page
+/// file's I/O threads while the scan works through the current one, so a scan holds two
+/// windows' buffers.
+#[derive(Default)]
 pub(crate) struct Readahead {
     start: u64,
     pages: u64,
-    /// Most pages one request reads ([`READAHEAD_PAGES`] unless the iterator asked for less).
+    /// Most pages one request reads ([`READAHEAD_PAGES`] unless the iterator asked for less;
+    /// 0 stands for that default).
     max_pages: u64,
     buf: AlignedBuf,
+    /// The next window, being read.
+    next: Option<NextWindow>,
+    /// A buffer for the next window (the previous window's).
+    spare: Option<AlignedBuf>,
 }
 
-impl Default for Readahead {
-    fn default() -> Self {
-        Readahead {
-            start: 0,
-            pages: 0,
-            max_pages: READAHEAD_PAGES,
-            buf: AlignedBuf::zeroed(0),
-        }
-    }
+struct NextWindow {
+    start: u64,
+    pages: u64,
+    read: Pending<Done>,
 }
 
 impl Readahead {
     fn holds(&self, page: u64) -> bool {
         page >= self.start && page - self.start < self.pages
+    }
+
+    fn max_pages(&self) -> u64 {
+        match self.max_pages {
+            0 => READAHEAD_PAGES,
+            n => n.min(READAHEAD_PAGES),
+        }
     }
 }
 
@@ -450,22 +463,81 @@ impl Run {
     /// merges) thus read a run in large requests, not a page at a time, and bypass the cache.
     fn load_ahead(&self, page: u64, purpose: Purpose, ahead: &mut Readahead) -> Result<Node> {
         if !ahead.holds(page) {
-            let i = self.sorted.partition_point(|e| e.start <= page);
-            let end = self.sorted[i - 1].end();
-            let max = ahead.max_pages.clamp(1, READAHEAD_PAGES);
-            let n = (end - page).min(max);
-            if ahead.buf.len() < max as usize * PAGE_SIZE {
-                ahead.buf = AlignedBuf::zeroed(max as usize * PAGE_SIZE);
-            }
-            ahead.pages = 0;
-            self.store
-                .read_many_into(page, &mut ahead.buf[..n as usize * PAGE_SIZE], purpose)?;
-            ahead.start = page;
-            ahead.pages = n;
+            self.fill_window(page, purpose, ahead)?;
         }
         let off = (page - ahead.start) as usize * PAGE_SIZE;
         let buf = AlignedBuf::from_slice(&ahead.buf[off..off + PAGE_SIZE]);
         Node::parse(page, Arc::new(buf), 0)
+    }
+
+    /// Makes `ahead`'s window start at `page`: the window read ahead when it starts there, else
+    /// a read now. A window that directly follows the previous one (the scan is sequential)
+    /// has the one after it read ahead.
+    fn fill_window(&self, page: u64, purpose: Purpose, ahead: &mut Readahead) -> Result<()> {
+        let max = ahead.max_pages();
+        let sequential = ahead.pages > 0 && page == ahead.start + ahead.pages;
+        ahead.pages = 0;
+        match ahead.next.take() {
+            Some(next) if next.start == page => {
+                let (r, buf) = next.read.wait()?;
+                ahead.spare = Some(std::mem::replace(&mut ahead.buf, buf));
+                r?;
+                ahead.pages = next.pages;
+            }
+            // A read ahead of a window the scan skipped is dropped unread (it finishes on
+            // its own).
+            _ => {
+                let n = self.window_at(page, max);
+                if ahead.buf.len() < max as usize * PAGE_SIZE {
+                    ahead.buf = AlignedBuf::zeroed(max as usize * PAGE_SIZE);
+                }
+                self.store.read_many_into(
+                    page,
+                    &mut ahead.buf[..n as usize * PAGE_SIZE],
+                    purpose,
+                )?;
+                ahead.pages = n;
+            }
+        }
+        ahead.start = page;
+        if sequential {
+            if let Some(start) = self.page_after(page + ahead.pages) {
+                let n = self.window_at(start, max);
+                let len = max as usize * PAGE_SIZE;
+                let buf = match ahead.spare.take() {
+                    Some(b) if b.len() >= len => b,
+                    _ => AlignedBuf::zeroed(len),
+                };
+                let read = self
+                    .store
+                    .read_behind(start, buf, n as usize * PAGE_SIZE, purpose);
+                ahead.next = Some(NextWindow {
+                    start,
+                    pages: n,
+                    read,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Pages of a window starting at `page` (inside the run): to the end of its extent, at
+    /// most `max`.
+    fn window_at(&self, page: u64, max: u64) -> u64 {
+        let i = self.sorted.partition_point(|e| e.start <= page);
+        (self.sorted[i - 1].end() - page).min(max)
+    }
+
+    /// The page a sequential scan reads after the pages before `page`: `page` itself inside
+    /// an extent, the next extent's first page (in the order the builder wrote them) at the end
+    /// of one, `None` at the end of the run.
+    fn page_after(&self, page: u64) -> Option<u64> {
+        if self.owns(page, 1) {
+            return Some(page);
+        }
+        let extents = &self.meta.extents;
+        let i = extents.iter().position(|e| e.end() == page)?;
+        extents.get(i + 1).map(|e| e.start)
     }
 
     pub(crate) fn root_node(&self, purpose: Purpose) -> Result<Option<Node>> {

@@ -13,7 +13,7 @@ use super::iter::Cursor;
 use super::*;
 use crate::cache::Cache;
 use crate::entry::codec::Reader;
-use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PAGE_BODY};
+use crate::storage::{Allocator, FaultFs, FaultPlan, Fs, IoCounters, OpenMode, PAGE_BODY};
 use crate::testutil::seed;
 
 const DATA: &str = "/db/data";
@@ -851,4 +851,114 @@ fn consecutive_chunks_are_one_extent() {
     assert_eq!(meta.extents.len(), 1, "{:?}", meta.extents);
     let run = Run::open(pf.clone(), meta).unwrap();
     assert_eq!(run.check().unwrap(), 20_000);
+}
+
+#[test]
+fn scans_reading_ahead_return_the_model_over_every_range() {
+    // Small chunks and windows, so that scans cross many windows and extents and their reads
+    // ahead are used, skipped (a seek elsewhere, a value's own extent) or left unused at a
+    // range's end.
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let small = RunOptions {
+        extent_pages: 8,
+        ..opts()
+    };
+    let m = model(&mut rng, 6000);
+    let run = build(&pf, &m, small);
+    assert!(
+        run.extents().len() > 1,
+        "the run should span several extents"
+    );
+    for window in [1, 3, 8] {
+        let scan = |lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>| {
+            collect(run.iter_with_readahead(lo.clone(), hi.clone(), false, Purpose::Merge, window))
+        };
+        assert!(
+            scan(&Bound::Unbounded, &Bound::Unbounded) == m,
+            "full scan with {window}-page windows differs"
+        );
+        for _ in 0..40 {
+            let lo = random_bound(&mut rng, &m);
+            let hi = random_bound(&mut rng, &m);
+            let want: Vec<Entry> = m
+                .iter()
+                .filter(|e| in_range(&e.key, &lo, &hi))
+                .cloned()
+                .collect();
+            let got = scan(&lo, &hi);
+            assert!(
+                got == want,
+                "{window}-page windows, range {lo:?}..{hi:?}: {} entries, model {}",
+                got.len(),
+                want.len()
+            );
+        }
+    }
+    // Without values stored apart, a full scan reads every page of the run once at most, plus
+    // the one window read ahead past the data.
+    let plain: Vec<Entry> = (0..20_000u64)
+        .map(|i| {
+            let v: Vec<u8> = (0..rng.gen_range(0..=300)).map(|_| rng.gen()).collect();
+            Entry::new(format!("k{i:08}").as_bytes(), i + 1, Kind::Put, &v)
+        })
+        .collect();
+    for window in [1, 3, 8] {
+        // A store of its own per scan, so that no earlier scan's read ahead, counted whenever
+        // it completes, lands in this one's figure.
+        let (_fs, pf) = store();
+        let run = build(&pf, &plain, small);
+        let got = collect(run.iter_with_readahead(
+            Bound::Unbounded,
+            Bound::Unbounded,
+            false,
+            Purpose::Merge,
+            window,
+        ));
+        assert!(got == plain, "{window}-page windows: the scan differs");
+        let read = pf.counters().snapshot().read_bytes[Purpose::Merge as usize];
+        let limit = (run.meta().pages() + window) * PAGE_SIZE as u64;
+        assert!(
+            read <= limit,
+            "{read} bytes read by a scan in {window}-page windows, run and one window {limit}"
+        );
+    }
+}
+
+#[test]
+fn a_failed_write_behind_fails_the_build_and_releases_its_pages() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let m = model(&mut rng, 5000);
+    for fail_op in [0, 1, 3, 5] {
+        let (fs, pf) = store();
+        let free = pf.alloc().free_pages();
+        fs.set_plan(FaultPlan {
+            fail_op: Some(fail_op),
+            sticky: false,
+        });
+        let mut b = RunBuilder::new(
+            pf.clone(),
+            RunOptions {
+                extent_pages: 8,
+                ..opts()
+            },
+        );
+        // The failure is reported by whichever call waits for that write: a later add, or
+        // finish at the latest.
+        let failed = match m.iter().position(|e| b.add(e).is_err()) {
+            Some(_) => {
+                b.abandon();
+                true
+            }
+            None => b.finish().is_err(),
+        };
+        assert!(failed, "write {fail_op} failed, and the build did not");
+        assert_eq!(fs.injected(), 1);
+        assert_eq!(
+            pf.alloc().free_pages(),
+            pf.alloc().end() - pf.alloc().first_page(),
+            "write {fail_op} failed: pages of the failed build are still allocated"
+        );
+        assert!(pf.alloc().free_pages() >= free);
+    }
 }

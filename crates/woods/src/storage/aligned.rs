@@ -85,6 +85,13 @@ impl AlignedBuf {
     }
 }
 
+impl Default for AlignedBuf {
+    /// An empty buffer.
+    fn default() -> Self {
+        AlignedBuf::zeroed(0)
+    }
+}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         if self.len == ALIGN {

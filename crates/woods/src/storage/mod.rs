@@ -7,6 +7,7 @@
 mod aligned;
 mod alloc;
 mod fault;
+mod io;
 mod pagefile;
 mod real;
 
@@ -18,7 +19,8 @@ use std::sync::Arc;
 pub use aligned::AlignedBuf;
 pub use alloc::{Allocator, Extent};
 pub use fault::{FaultFs, FaultPlan};
-pub use pagefile::{seal_page, verify, PageFile, PAGE_BODY, PAGE_SIZE};
+pub use io::Pending;
+pub use pagefile::{seal_page, verify, Done, PageFile, PAGE_BODY, PAGE_SIZE};
 pub use real::{RealFs, SharedMap};
 
 use crate::error::Result;

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::io::{IoQueue, Pending};
 use super::{AlignedBuf, Allocator, Extent, File, IoCounters, Purpose};
 use crate::cache::{Cache, PageRef};
 use crate::error::{Error, Result};
@@ -18,7 +19,13 @@ pub struct PageFile {
     cache: Cache,
     alloc: Allocator,
     counters: Arc<IoCounters>,
+    /// Write-behind and read-ahead requests ([`PageFile::write_behind`],
+    /// [`PageFile::read_behind`]).
+    io: IoQueue,
 }
+
+/// A finished background request: its result and the buffer it was given.
+pub type Done = (Result<()>, AlignedBuf);
 
 fn page_crc(page: u64, body: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(&page.to_le_bytes()), body)
@@ -43,6 +50,7 @@ impl PageFile {
             cache,
             alloc,
             counters,
+            io: IoQueue::default(),
         }
     }
 
@@ -91,14 +99,25 @@ impl PageFile {
     /// Reads `buf.len() / PAGE_SIZE` contiguous pages from `start` into `buf` (4096-byte
     /// aligned, a prefix of an [`AlignedBuf`]) in one device request, verifying each.
     pub fn read_many_into(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
-        debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
-        debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
-        self.file.read_exact_at(buf, start * PAGE_SIZE as u64)?;
-        self.counters.record_read(purpose, buf.len());
-        for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
-            verify(start + i as u64, page)?;
-        }
-        Ok(())
+        read_pages(&*self.file, &self.counters, start, buf, purpose)
+    }
+
+    /// [`read_many_into`](PageFile::read_many_into) of the first `len` bytes of `buf`, done on
+    /// one of the page file's I/O threads: a scan asks for the window after the one it is
+    /// reading. The pages may be freed meanwhile (the scan stopped, its run was dropped); the
+    /// read then returns what it finds or an error that nobody waits for.
+    pub fn read_behind(
+        &self,
+        start: u64,
+        mut buf: AlignedBuf,
+        len: usize,
+        purpose: Purpose,
+    ) -> Pending<Done> {
+        let (file, counters) = (self.file.clone(), self.counters.clone());
+        self.io.submit(move || {
+            let r = read_pages(&*file, &counters, start, &mut buf[..len], purpose);
+            (r, buf)
+        })
     }
 
     /// Writes whole pages starting at `start`; `buf.len()` is a multiple of `PAGE_SIZE` and each
@@ -106,19 +125,34 @@ impl PageFile {
     /// [`AlignedBuf`]), as direct I/O requires; callers reuse it. Cached copies of those pages
     /// are dropped.
     pub fn write(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
-        debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
-        debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
-        let n = buf.len() / PAGE_SIZE;
-        for i in 0..n {
-            seal_page(
-                start + i as u64,
-                &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE],
-            );
-            self.cache.invalidate(start + i as u64);
+        self.invalidate(start, buf.len() / PAGE_SIZE);
+        write_pages(&*self.file, &self.counters, start, buf, purpose)
+    }
+
+    /// [`write`](PageFile::write) of the first `len` bytes of `buf`, done on one of the page
+    /// file's I/O threads (write-behind): the caller goes on filling its next buffer. Cached
+    /// copies of the pages are dropped now. Nothing may read the pages, or release them, until
+    /// the write is waited for.
+    pub fn write_behind(
+        &self,
+        start: u64,
+        mut buf: AlignedBuf,
+        len: usize,
+        purpose: Purpose,
+    ) -> Pending<Done> {
+        debug_assert_eq!(len % PAGE_SIZE, 0);
+        self.invalidate(start, len / PAGE_SIZE);
+        let (file, counters) = (self.file.clone(), self.counters.clone());
+        self.io.submit(move || {
+            let r = write_pages(&*file, &counters, start, &mut buf[..len], purpose);
+            (r, buf)
+        })
+    }
+
+    fn invalidate(&self, start: u64, pages: usize) {
+        for i in 0..pages as u64 {
+            self.cache.invalidate(start + i);
         }
-        self.file.write_all_at(buf, start * PAGE_SIZE as u64)?;
-        self.counters.record_write(purpose, buf.len());
-        Ok(())
     }
 
     /// Writes pages into a list of extents, in order (for scattered allocations).
@@ -144,6 +178,42 @@ impl PageFile {
     pub fn file_len(&self) -> Result<u64> {
         self.file.len()
     }
+}
+
+/// Reads whole pages into `buf` (aligned, a multiple of `PAGE_SIZE`) and verifies each.
+fn read_pages(
+    file: &dyn File,
+    counters: &IoCounters,
+    start: u64,
+    buf: &mut [u8],
+    purpose: Purpose,
+) -> Result<()> {
+    debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
+    debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
+    file.read_exact_at(buf, start * PAGE_SIZE as u64)?;
+    counters.record_read(purpose, buf.len());
+    for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+        verify(start + i as u64, page)?;
+    }
+    Ok(())
+}
+
+/// Seals whole pages in `buf` (aligned, a multiple of `PAGE_SIZE`) and writes them.
+fn write_pages(
+    file: &dyn File,
+    counters: &IoCounters,
+    start: u64,
+    buf: &mut [u8],
+    purpose: Purpose,
+) -> Result<()> {
+    debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
+    debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
+    for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+        seal_page(start + i as u64, page);
+    }
+    file.write_all_at(buf, start * PAGE_SIZE as u64)?;
+    counters.record_write(purpose, buf.len());
+    Ok(())
 }
 
 /// Checks a page's checksum.

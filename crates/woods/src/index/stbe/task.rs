@@ -297,9 +297,10 @@ impl Build {
         opts: BuildOptions,
         probe: Option<Probe>,
     ) -> Result<Build> {
-        // The read-ahead windows of one merge come to at most `readahead_pages` in all (at
-        // least 8 pages a source), however many branches it merges.
-        let readahead = (opts.readahead_pages / sources.len().max(1) as u64)
+        // The read-ahead windows of one merge, two a source (the one read and the next, read
+        // ahead), come to at most `readahead_pages` in all (at least 8 pages a window), however
+        // many branches it merges.
+        let readahead = (opts.readahead_pages / (2 * sources.len().max(1) as u64))
             .clamp(8, crate::run::READAHEAD_PAGES);
         let mut iters: Vec<Primed> = Vec::with_capacity(sources.len());
         for (b, ranges) in sources {
