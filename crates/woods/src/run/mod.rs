@@ -31,7 +31,7 @@ use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::filter::{hash64, Filter};
-use crate::storage::{AlignedBuf, Done, Extent, PageFile, Pending, Purpose, PAGE_SIZE};
+use crate::storage::{AlignedBuf, Extent, PageFile, PendingRead, Purpose, PAGE_SIZE};
 use format::{
     at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
     PAGE_HEADER, PAYLOAD,
@@ -256,7 +256,7 @@ pub(crate) struct Readahead {
 struct NextWindow {
     start: u64,
     pages: u64,
-    read: Pending<Done>,
+    read: PendingRead,
 }
 
 impl Readahead {

@@ -20,7 +20,7 @@ pub use aligned::AlignedBuf;
 pub use alloc::{Allocator, Extent};
 pub use fault::{FaultFs, FaultPlan};
 pub use io::Pending;
-pub use pagefile::{seal_page, verify, Done, PageFile, PAGE_BODY, PAGE_SIZE};
+pub use pagefile::{seal_page, verify, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE};
 pub use real::{RealFs, SharedMap};
 
 use crate::error::Result;

@@ -99,25 +99,33 @@ impl PageFile {
     /// Reads `buf.len() / PAGE_SIZE` contiguous pages from `start` into `buf` (4096-byte
     /// aligned, a prefix of an [`AlignedBuf`]) in one device request, verifying each.
     pub fn read_many_into(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
-        read_pages(&*self.file, &self.counters, start, buf, purpose)
+        read_pages(&*self.file, &self.counters, start, buf, purpose)?;
+        verify_pages(start, buf)
     }
 
     /// [`read_many_into`](PageFile::read_many_into) of the first `len` bytes of `buf`, done on
     /// one of the page file's I/O threads: a scan asks for the window after the one it is
     /// reading. The pages may be freed meanwhile (the scan stopped, its run was dropped); the
-    /// read then returns what it finds or an error that nobody waits for.
+    /// read then returns what it finds or an error that nobody waits for. The pages'
+    /// checksums are verified by [`PendingRead::wait`], on the waiter's thread: the I/O
+    /// threads only wait for the device, so that they take no processor time from writers.
     pub fn read_behind(
         &self,
         start: u64,
         mut buf: AlignedBuf,
         len: usize,
         purpose: Purpose,
-    ) -> Pending<Done> {
+    ) -> PendingRead {
         let (file, counters) = (self.file.clone(), self.counters.clone());
-        self.io.submit(move || {
+        let pending = self.io.submit(move || {
             let r = read_pages(&*file, &counters, start, &mut buf[..len], purpose);
             (r, buf)
-        })
+        });
+        PendingRead {
+            start,
+            len,
+            pending,
+        }
     }
 
     /// Writes whole pages starting at `start`; `buf.len()` is a multiple of `PAGE_SIZE` and each
@@ -126,7 +134,10 @@ impl PageFile {
     /// are dropped.
     pub fn write(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
         self.invalidate(start, buf.len() / PAGE_SIZE);
-        write_pages(&*self.file, &self.counters, start, buf, purpose)
+        seal_pages(start, buf);
+        self.file.write_all_at(buf, start * PAGE_SIZE as u64)?;
+        self.counters.record_write(purpose, buf.len());
+        Ok(())
     }
 
     /// [`write`](PageFile::write) of the first `len` bytes of `buf`, done on one of the page
@@ -142,9 +153,13 @@ impl PageFile {
     ) -> Pending<Done> {
         debug_assert_eq!(len % PAGE_SIZE, 0);
         self.invalidate(start, len / PAGE_SIZE);
+        // Sealed here, so that the I/O thread only waits for the device.
+        seal_pages(start, &mut buf[..len]);
         let (file, counters) = (self.file.clone(), self.counters.clone());
         self.io.submit(move || {
-            let r = write_pages(&*file, &counters, start, &mut buf[..len], purpose);
+            let r = file
+                .write_all_at(&buf[..len], start * PAGE_SIZE as u64)
+                .map(|()| counters.record_write(purpose, len));
             (r, buf)
         })
     }
@@ -180,7 +195,24 @@ impl PageFile {
     }
 }
 
-/// Reads whole pages into `buf` (aligned, a multiple of `PAGE_SIZE`) and verifies each.
+/// A read handed to the page file's I/O threads ([`PageFile::read_behind`]).
+#[must_use = "a pending read holds its buffer"]
+pub struct PendingRead {
+    start: u64,
+    len: usize,
+    pending: Pending<Done>,
+}
+
+impl PendingRead {
+    /// Waits for the read and verifies the pages' checksums; returns the result and the buffer.
+    pub fn wait(self) -> Result<Done> {
+        let (r, buf) = self.pending.wait()?;
+        let r = r.and_then(|()| verify_pages(self.start, &buf[..self.len]));
+        Ok((r, buf))
+    }
+}
+
+/// Reads whole pages into `buf` (aligned, a multiple of `PAGE_SIZE`), unverified.
 fn read_pages(
     file: &dyn File,
     counters: &IoCounters,
@@ -192,28 +224,23 @@ fn read_pages(
     debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
     file.read_exact_at(buf, start * PAGE_SIZE as u64)?;
     counters.record_read(purpose, buf.len());
+    Ok(())
+}
+
+fn verify_pages(start: u64, buf: &[u8]) -> Result<()> {
     for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
         verify(start + i as u64, page)?;
     }
     Ok(())
 }
 
-/// Seals whole pages in `buf` (aligned, a multiple of `PAGE_SIZE`) and writes them.
-fn write_pages(
-    file: &dyn File,
-    counters: &IoCounters,
-    start: u64,
-    buf: &mut [u8],
-    purpose: Purpose,
-) -> Result<()> {
+/// Seals whole pages in `buf` (aligned, a multiple of `PAGE_SIZE`) for writing at `start`.
+fn seal_pages(start: u64, buf: &mut [u8]) {
     debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
     debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
     for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
         seal_page(start + i as u64, page);
     }
-    file.write_all_at(buf, start * PAGE_SIZE as u64)?;
-    counters.record_write(purpose, buf.len());
-    Ok(())
 }
 
 /// Checks a page's checksum.
