@@ -75,7 +75,8 @@ impl Sink {
                 let len = chunk_pages as usize * PAGE_SIZE;
                 let buf = match self.spare.pop() {
                     Some(b) if b.len() == len => b,
-                    _ => AlignedBuf::zeroed(len),
+                    // Each page is zeroed as it is placed.
+                    _ => AlignedBuf::for_overwrite(len),
                 };
                 self.chunk.insert(Chunk {
                     extent,

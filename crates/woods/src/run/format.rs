@@ -6,7 +6,7 @@ use crate::cache::PageRef;
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Kind};
 use crate::error::{Error, Result};
-use crate::storage::PAGE_BODY;
+use crate::storage::{PAGE_BODY, PAGE_SIZE};
 use std::cmp::Ordering;
 
 /// Page type byte of a data (leaf) page.
@@ -265,7 +265,10 @@ fn decode_data<'b>(r: &mut Reader<'b>, page: u64, i: usize) -> Result<DataItem<'
 pub struct Node {
     /// Page number.
     pub page: u64,
+    /// The buffer holding the page: the page itself, or a read-ahead window the page lies in
+    /// at byte `off` (shared, not copied, by the window's pages).
     buf: PageRef,
+    off: usize,
     /// Tree level: 0 for data pages.
     pub level: u8,
     /// Number of items (at least one).
@@ -276,8 +279,16 @@ impl Node {
     /// Parses and validates the header and offset array of a data (`level == 0`) or index
     /// page at `level`.
     pub fn parse(page: u64, buf: PageRef, level: u8) -> Result<Node> {
+        Node::parse_at(page, buf, 0, level)
+    }
+
+    /// [`Node::parse`] of the page at byte `off` of `buf` (a whole page must lie there).
+    pub fn parse_at(page: u64, buf: PageRef, off: usize, level: u8) -> Result<Node> {
+        if buf.len() < off + PAGE_SIZE {
+            return Err(corrupt(page, "page lies past the end of its buffer"));
+        }
         let want = if level == 0 { PAGE_DATA } else { PAGE_INDEX };
-        let h = header(page, &buf, want)?;
+        let h = header(page, &buf[off..off + PAGE_SIZE], want)?;
         if h.level != level {
             return Err(corrupt(
                 page,
@@ -289,7 +300,7 @@ impl Node {
             return Err(corrupt(page, "page holds no entries"));
         }
         let base = HEADER_LEN + 2 * (count + 1);
-        if base > PAGE_BODY || buf.len() < PAGE_BODY {
+        if base > PAGE_BODY {
             return Err(corrupt(
                 page,
                 format!("offset array of {count} entries overflows the page"),
@@ -298,6 +309,7 @@ impl Node {
         let node = Node {
             page,
             buf,
+            off,
             level,
             count,
         };
@@ -315,9 +327,15 @@ impl Node {
         Ok(node)
     }
 
+    /// The page's bytes.
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.off..self.off + PAGE_SIZE]
+    }
+
     fn offset(&self, i: usize) -> usize {
         let p = HEADER_LEN + 2 * i;
-        u16::from_le_bytes([self.buf[p], self.buf[p + 1]]) as usize
+        let b = self.bytes();
+        u16::from_le_bytes([b[p], b[p + 1]]) as usize
     }
 
     /// The bytes of item `i` (`i < count`).
@@ -325,7 +343,7 @@ impl Node {
         if i >= self.count {
             return Err(corrupt(self.page, format!("entry {i} of {}", self.count)));
         }
-        self.buf
+        self.bytes()
             .get(self.offset(i)..self.offset(i + 1))
             .ok_or_else(|| corrupt(self.page, "entry out of the page"))
     }

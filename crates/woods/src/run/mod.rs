@@ -27,6 +27,7 @@ pub use builder::RunBuilder;
 pub(crate) use builder::WRITES_IN_FLIGHT;
 pub use iter::RunIter;
 
+use crate::cache::PageRef;
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
@@ -246,11 +247,10 @@ pub(crate) struct Readahead {
     /// Most pages one request reads ([`READAHEAD_PAGES`] unless the iterator asked for less;
     /// 0 stands for that default).
     max_pages: u64,
-    buf: AlignedBuf,
+    /// The window's pages, shared with the nodes parsed from them (not copied out).
+    buf: PageRef,
     /// The next window, being read.
     next: Option<NextWindow>,
-    /// A buffer for the next window (the previous window's).
-    spare: Option<AlignedBuf>,
 }
 
 struct NextWindow {
@@ -466,8 +466,7 @@ impl Run {
             self.fill_window(page, purpose, ahead)?;
         }
         let off = (page - ahead.start) as usize * PAGE_SIZE;
-        let buf = AlignedBuf::from_slice(&ahead.buf[off..off + PAGE_SIZE]);
-        Node::parse(page, Arc::new(buf), 0)
+        Node::parse_at(page, ahead.buf.clone(), off, 0)
     }
 
     /// Makes `ahead`'s window start at `page`: the window read ahead when it starts there, else
@@ -475,12 +474,16 @@ impl Run {
     /// has the one after it read ahead.
     fn fill_window(&self, page: u64, purpose: Purpose, ahead: &mut Readahead) -> Result<()> {
         let max = ahead.max_pages();
+        let len = max as usize * PAGE_SIZE;
         let sequential = ahead.pages > 0 && page == ahead.start + ahead.pages;
         ahead.pages = 0;
+        // The previous window's buffer, unless a node parsed from it still holds it.
+        let old = std::mem::take(&mut ahead.buf);
+        let mut spare = Arc::try_unwrap(old).ok().filter(|b| b.len() >= len);
         match ahead.next.take() {
             Some(next) if next.start == page => {
                 let (r, buf) = next.read.wait()?;
-                ahead.spare = Some(std::mem::replace(&mut ahead.buf, buf));
+                ahead.buf = Arc::new(buf);
                 r?;
                 ahead.pages = next.pages;
             }
@@ -488,14 +491,12 @@ impl Run {
             // its own).
             _ => {
                 let n = self.window_at(page, max);
-                if ahead.buf.len() < max as usize * PAGE_SIZE {
-                    ahead.buf = AlignedBuf::zeroed(max as usize * PAGE_SIZE);
-                }
-                self.store.read_many_into(
-                    page,
-                    &mut ahead.buf[..n as usize * PAGE_SIZE],
-                    purpose,
-                )?;
+                let mut buf = spare
+                    .take()
+                    .unwrap_or_else(|| AlignedBuf::for_overwrite(len));
+                self.store
+                    .read_many_into(page, &mut buf[..n as usize * PAGE_SIZE], purpose)?;
+                ahead.buf = Arc::new(buf);
                 ahead.pages = n;
             }
         }
@@ -503,11 +504,9 @@ impl Run {
         if sequential {
             if let Some(start) = self.page_after(page + ahead.pages) {
                 let n = self.window_at(start, max);
-                let len = max as usize * PAGE_SIZE;
-                let buf = match ahead.spare.take() {
-                    Some(b) if b.len() >= len => b,
-                    _ => AlignedBuf::zeroed(len),
-                };
+                let buf = spare
+                    .take()
+                    .unwrap_or_else(|| AlignedBuf::for_overwrite(len));
                 let read = self
                     .store
                     .read_behind(start, buf, n as usize * PAGE_SIZE, purpose);

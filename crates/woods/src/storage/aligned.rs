@@ -16,11 +16,13 @@ const POOL_CHUNK: usize = 64;
 /// Free pooled pages (addresses).
 static POOL: parking_lot::Mutex<Vec<usize>> = parking_lot::const_mutex(Vec::new());
 
-fn take_page() -> NonNull<u8> {
+fn take_page(zero: bool) -> NonNull<u8> {
     if let Some(addr) = POOL.lock().pop() {
         let ptr = addr as *mut u8;
-        // SAFETY: a pooled page is ALIGN bytes owned by the pool, now by the caller.
-        unsafe { std::ptr::write_bytes(ptr, 0, ALIGN) };
+        if zero {
+            // SAFETY: a pooled page is ALIGN bytes owned by the pool, now by the caller.
+            unsafe { std::ptr::write_bytes(ptr, 0, ALIGN) };
+        }
         // SAFETY: pooled addresses come from a non-null allocation.
         return unsafe { NonNull::new_unchecked(ptr) };
     }
@@ -83,11 +85,13 @@ impl LargePool {
     }
 }
 
-fn take_large(size: usize) -> Option<NonNull<u8>> {
+fn take_large(size: usize, zero: bool) -> Option<NonNull<u8>> {
     let addr = LARGE_POOL.lock().take(size)?;
     let ptr = addr as *mut u8;
-    // SAFETY: a pooled buffer is `size` bytes owned by the pool, now by the caller.
-    unsafe { std::ptr::write_bytes(ptr, 0, size) };
+    if zero {
+        // SAFETY: a pooled buffer is `size` bytes owned by the pool, now by the caller.
+        unsafe { std::ptr::write_bytes(ptr, 0, size) };
+    }
     // SAFETY: pooled addresses come from a non-null allocation.
     Some(unsafe { NonNull::new_unchecked(ptr) })
 }
@@ -117,6 +121,17 @@ impl AlignedBuf {
     /// A zeroed buffer of `len` bytes (`len` is rounded up to a whole number of 4 KiB for the
     /// allocation, but the buffer reports `len`).
     pub fn zeroed(len: usize) -> AlignedBuf {
+        AlignedBuf::new(len, true)
+    }
+
+    /// A buffer of `len` bytes that the caller overwrites before reading (a device read, a
+    /// copy, pages zeroed one by one as they are filled): zeros, or the bytes of a buffer freed
+    /// earlier, never uninitialised memory. Saves zeroing what is overwritten anyway.
+    pub fn for_overwrite(len: usize) -> AlignedBuf {
+        AlignedBuf::new(len, false)
+    }
+
+    fn new(len: usize, zero: bool) -> AlignedBuf {
         if len == 0 {
             return AlignedBuf {
                 ptr: NonNull::dangling(),
@@ -125,12 +140,12 @@ impl AlignedBuf {
         }
         if len == ALIGN {
             return AlignedBuf {
-                ptr: take_page(),
+                ptr: take_page(zero),
                 len,
             };
         }
         let layout = Self::layout(len);
-        if let Some(ptr) = take_large(layout.size()) {
+        if let Some(ptr) = take_large(layout.size(), zero) {
             return AlignedBuf { ptr, len };
         }
         // SAFETY: layout has non-zero size.
@@ -140,7 +155,7 @@ impl AlignedBuf {
     }
 
     pub fn from_slice(data: &[u8]) -> AlignedBuf {
-        let mut b = AlignedBuf::zeroed(data.len());
+        let mut b = AlignedBuf::for_overwrite(data.len());
         b.copy_from_slice(data);
         b
     }
@@ -244,6 +259,12 @@ mod tests {
                 assert_eq!(b.as_ptr() as usize % ALIGN, 0);
                 assert!(b.iter().all(|&x| x == 0), "a reused buffer was not zeroed");
                 b.fill(0xCD);
+                // A buffer for overwriting may hold an earlier buffer's bytes; the next zeroed
+                // one of the size still comes back zeroed.
+                let mut o = AlignedBuf::for_overwrite(len);
+                assert_eq!(o.len(), len);
+                assert_eq!(o.as_ptr() as usize % ALIGN, 0);
+                o.fill(0xEF);
             }
         }
         assert!(LARGE_POOL.lock().held <= LARGE_POOL_BYTES);

@@ -82,7 +82,7 @@ impl PageFile {
 
     /// Reads one page bypassing the cache (scans of whole runs, checks).
     pub fn read_uncached(&self, page: u64, purpose: Purpose) -> Result<AlignedBuf> {
-        let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
+        let mut buf = AlignedBuf::for_overwrite(PAGE_SIZE);
         self.file.read_exact_at(&mut buf, page * PAGE_SIZE as u64)?;
         self.counters.record_read(purpose, PAGE_SIZE);
         verify(page, &buf)?;
@@ -91,7 +91,7 @@ impl PageFile {
 
     /// Reads `n` contiguous pages in one device request, verifying each; not cached.
     pub fn read_many(&self, start: u64, n: usize, purpose: Purpose) -> Result<AlignedBuf> {
-        let mut buf = AlignedBuf::zeroed(n * PAGE_SIZE);
+        let mut buf = AlignedBuf::for_overwrite(n * PAGE_SIZE);
         self.read_many_into(start, &mut buf, purpose)?;
         Ok(buf)
     }
