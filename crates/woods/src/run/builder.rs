@@ -17,9 +17,10 @@ use crate::error::{Error, Result};
 use crate::filter::{FilterBuilder, FilterFinish, FilterSpec};
 use crate::storage::{AlignedBuf, Done, Extent, PageFile, Pending, PAGE_BODY, PAGE_SIZE};
 
-/// Chunks a builder has handed to the page file's I/O threads and not yet waited for: it fills
-/// the next while they are written. The builder's memory is bounded by this many chunks plus
-/// the one being filled.
+/// Writes a builder has handed to the page file's I/O threads and not yet waited for: it fills
+/// the next chunk while they are written. The builder holds at most this many buffers being
+/// written (each a chunk, or a large value's or the filter's pages), the chunk being filled,
+/// and as many spare chunk buffers.
 pub(crate) const WRITES_IN_FLIGHT: usize = 2;
 
 /// The chunk being filled.
@@ -130,20 +131,28 @@ impl Sink {
     /// Hands the first `len` bytes of `buf` to the page file to write at page `start`; waits
     /// for the oldest write when [`WRITES_IN_FLIGHT`] are out.
     fn hand_off(&mut self, start: u64, buf: AlignedBuf, len: usize) -> Result<()> {
-        let w = self.store.write_behind(start, buf, len, self.opts.purpose);
-        self.writing.push_back(w);
-        if self.writing.len() > WRITES_IN_FLIGHT {
-            self.wait_oldest()?;
+        let purpose = self.opts.purpose;
+        while self.writing.len() >= WRITES_IN_FLIGHT {
+            if let Err(e) = self.wait_oldest() {
+                // This buffer's pages go back with the builder's; its write is not started.
+                drop(buf);
+                return Err(e);
+            }
         }
+        let w = self.store.write_behind(start, buf, len, purpose);
+        self.writing.push_back(w);
         Ok(())
     }
 
+    /// Waits for the oldest write; keeps its buffer for the next chunk when it is a chunk's
+    /// (a large value's or a filter's buffer is freed).
     fn wait_oldest(&mut self) -> Result<()> {
         let Some(w) = self.writing.pop_front() else {
             return Ok(());
         };
         let (r, buf) = w.wait()?;
-        if self.spare.len() < WRITES_IN_FLIGHT {
+        let chunk = self.opts.extent_pages.max(1) as usize * PAGE_SIZE;
+        if buf.len() == chunk && self.spare.len() < WRITES_IN_FLIGHT {
             self.spare.push(buf);
         }
         r
@@ -177,8 +186,10 @@ impl Sink {
 
 /// Builds one run from entries arriving in [`cmp_entries`] order.
 ///
-/// Memory is bounded by one chunk of pages, the index entries of the level above the data
-/// pages, and the filter's key hashes (8 bytes per distinct key). Dropping a builder without
+/// Memory is bounded by the chunk being filled and the buffers being written behind
+/// ([`WRITES_IN_FLIGHT`], each a chunk or a large value's or the filter's pages) with as many
+/// spare chunks, the index entries of the level above the data pages, and the filter's key
+/// hashes (8 bytes per distinct key). Dropping a builder without
 /// [`finish`](RunBuilder::finish) releases what it allocated, as [`abandon`](RunBuilder::abandon)
 /// does; after an error from [`add`](RunBuilder::add) the builder should be abandoned.
 pub struct RunBuilder {

@@ -236,10 +236,10 @@ fn decode_header(page: u64, buf: &[u8]) -> Result<HeaderFields> {
 /// The most pages one read-ahead request of a scan covers (256 KiB, an extent by default).
 pub const READAHEAD_PAGES: u64 = 64;
 
-/// A scan's read-ahead window: consecutive pages read in one request. Once the scan has read
-/// two windows one after the other, the window after the current one is read on the page
-/// file's I/O threads while the scan works through the current one, so a scan holds two
-/// windows' buffers.
+/// A scan's read-ahead window: consecutive pages read in one request. From the scan's second
+/// window on, the window after the current one is read on the page file's I/O threads while the
+/// scan works through the current one, so a scan holds two windows' buffers (briefly three,
+/// when the scan skips a window being read ahead).
 #[derive(Default)]
 pub(crate) struct Readahead {
     start: u64,
@@ -470,12 +470,12 @@ impl Run {
     }
 
     /// Makes `ahead`'s window start at `page`: the window read ahead when it starts there, else
-    /// a read now. A window that directly follows the previous one (the scan is sequential)
-    /// has the one after it read ahead.
+    /// a read now. From a scan's second window on (a forward scan that needed more than one
+    /// window is likely to need more), the window after the new one is read ahead.
     fn fill_window(&self, page: u64, purpose: Purpose, ahead: &mut Readahead) -> Result<()> {
         let max = ahead.max_pages();
         let len = max as usize * PAGE_SIZE;
-        let sequential = ahead.pages > 0 && page == ahead.start + ahead.pages;
+        let sequential = ahead.pages > 0;
         ahead.pages = 0;
         // The previous window's buffer, unless a node parsed from it still holds it.
         let old = std::mem::take(&mut ahead.buf);

@@ -903,11 +903,21 @@ fn scans_reading_ahead_return_the_model_over_every_range() {
             Entry::new(format!("k{i:08}").as_bytes(), i + 1, Kind::Put, &v)
         })
         .collect();
-    for window in [1, 3, 8] {
+    for (window, fragmented) in [(1, false), (3, false), (8, false), (8, true), (3, true)] {
         // A store of its own per scan, so that no earlier scan's read ahead, counted whenever
         // it completes, lands in this one's figure.
         let (_fs, pf) = store();
+        if fragmented {
+            // Free space in 8-page holes: the run's chunks land apart, a window per extent.
+            let taken: Vec<Extent> = (0..400).map(|_| pf.alloc().alloc(8)).collect();
+            for e in taken.iter().step_by(2) {
+                pf.alloc().release(*e);
+            }
+        }
         let run = build(&pf, &plain, small);
+        if fragmented {
+            assert!(run.extents().len() > 20, "{} extents", run.extents().len());
+        }
         let got = collect(run.iter_with_readahead(
             Bound::Unbounded,
             Bound::Unbounded,
@@ -916,11 +926,67 @@ fn scans_reading_ahead_return_the_model_over_every_range() {
             window,
         ));
         assert!(got == plain, "{window}-page windows: the scan differs");
-        let read = pf.counters().snapshot().read_bytes[Purpose::Merge as usize];
+        while pf.io_in_flight() > 0 {
+            std::thread::yield_now();
+        }
+        let io = pf.counters().snapshot();
+        let (read, requests) = (
+            io.read_bytes[Purpose::Merge as usize],
+            io.read_ops[Purpose::Merge as usize],
+        );
         let limit = (run.meta().pages() + window) * PAGE_SIZE as u64;
         assert!(
             read <= limit,
             "{read} bytes read by a scan in {window}-page windows, run and one window {limit}"
+        );
+        // Every window but the first two was read ahead, across extents too; the other reads
+        // are of index pages (read a page at a time as the scan descends).
+        let ahead = pf.reads_behind();
+        let meta = run.meta();
+        let index_pages = meta.pages() - meta.data_pages - meta.filter_pages;
+        assert!(
+            requests - ahead <= 2 + index_pages && ahead > 10,
+            "{window}-page windows (fragmented: {fragmented}): {requests} reads, {ahead} of them ahead"
+        );
+    }
+}
+
+#[test]
+fn abandoned_and_finished_builders_leave_no_write_in_flight() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let m = model(&mut rng, 4000);
+    let small = RunOptions {
+        extent_pages: 8,
+        ..opts()
+    };
+    let (_fs, pf) = store();
+    for round in 0..20 {
+        let mut b = RunBuilder::new(pf.clone(), small);
+        let n = if round % 2 == 0 { m.len() } else { m.len() / 3 };
+        for e in &m[..n] {
+            b.add(e).unwrap();
+        }
+        // Pages go back to the allocator (and may be handed out again) only once no write into
+        // them is in flight; a finished run's pages are all written.
+        match round % 3 {
+            0 => b.abandon(),
+            1 => drop(b),
+            _ => {
+                let meta = b.finish().unwrap();
+                assert_eq!(
+                    pf.io_in_flight(),
+                    0,
+                    "round {round}: finished with writes in flight"
+                );
+                for e in &meta.extents {
+                    pf.alloc().release(*e);
+                }
+            }
+        }
+        assert_eq!(
+            pf.io_in_flight(),
+            0,
+            "round {round}: pages released with writes in flight"
         );
     }
 }

@@ -7,6 +7,7 @@
 //! sender goes, and each thread finishes the requests already queued). Where a thread cannot be
 //! started, requests run on the caller's thread, as they did before this module.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -24,6 +25,8 @@ type Job = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 pub(crate) struct IoQueue {
     state: Mutex<QueueState>,
+    /// Requests submitted and not yet completed (a request is done before its waiter hears).
+    in_flight: Arc<AtomicU64>,
 }
 
 #[derive(Default)]
@@ -62,6 +65,11 @@ impl<T> Pending<T> {
 }
 
 impl IoQueue {
+    /// Requests submitted and not yet completed.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
     /// Runs `job` on one of the queue's threads (on this one where none can be started).
     pub fn submit<T: Send + 'static>(
         &self,
@@ -76,9 +84,13 @@ impl IoQueue {
             return Pending(PendingState::Ready(job()));
         };
         let (done_tx, done_rx) = mpsc::sync_channel(1);
+        let in_flight = self.in_flight.clone();
+        in_flight.fetch_add(1, Ordering::AcqRel);
         let sent = tx.send(Box::new(move || {
+            let out = job();
+            in_flight.fetch_sub(1, Ordering::AcqRel);
             // The waiter may have gone (a scan dropped before its read-ahead arrived).
-            let _ = done_tx.send(job());
+            let _ = done_tx.send(out);
         }));
         match sent {
             Ok(()) => Pending(PendingState::Waiting(done_rx)),

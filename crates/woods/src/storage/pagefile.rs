@@ -1,6 +1,7 @@
 //! The data file, addressed in pages. Every page carries a crc32c (of its page number and body)
 //! in its last four bytes; reads verify it and go through the cache, writes fill it in.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::io::{IoQueue, Pending};
@@ -22,6 +23,8 @@ pub struct PageFile {
     /// Write-behind and read-ahead requests ([`PageFile::write_behind`],
     /// [`PageFile::read_behind`]).
     io: IoQueue,
+    /// Reads handed to the I/O threads so far.
+    reads_behind: AtomicU64,
 }
 
 /// A finished background request: its result and the buffer it was given.
@@ -51,6 +54,7 @@ impl PageFile {
             alloc,
             counters,
             io: IoQueue::default(),
+            reads_behind: AtomicU64::new(0),
         }
     }
 
@@ -116,6 +120,7 @@ impl PageFile {
         len: usize,
         purpose: Purpose,
     ) -> PendingRead {
+        self.reads_behind.fetch_add(1, Ordering::Relaxed);
         let (file, counters) = (self.file.clone(), self.counters.clone());
         let pending = self.io.submit(move || {
             let r = read_pages(&*file, &counters, start, &mut buf[..len], purpose);
@@ -162,6 +167,16 @@ impl PageFile {
                 .map(|()| counters.record_write(purpose, len));
             (r, buf)
         })
+    }
+
+    /// Reads handed to the I/O threads so far ([`PageFile::read_behind`]).
+    pub fn reads_behind(&self) -> u64 {
+        self.reads_behind.load(Ordering::Relaxed)
+    }
+
+    /// Background reads and writes not yet completed.
+    pub fn io_in_flight(&self) -> u64 {
+        self.io.in_flight()
     }
 
     fn invalidate(&self, start: u64, pages: usize) {
