@@ -100,9 +100,9 @@ fn take_large(size: usize, zero: bool) -> Option<NonNull<u8>> {
 fn give_large(size: usize, ptr: NonNull<u8>) {
     let out = LARGE_POOL.lock().give(size, ptr.as_ptr() as usize);
     for (s, a) in out {
-        let layout = Layout::from_size_align(s, ALIGN).expect("aligned buffer layout");
-        // SAFETY: every pooled buffer was allocated by `AlignedBuf::zeroed` with this layout.
-        unsafe { dealloc(a as *mut u8, layout) }
+        // SAFETY: every pooled buffer was allocated by `AlignedBuf::new` with the layout of its
+        // (already rounded) size.
+        unsafe { dealloc(a as *mut u8, AlignedBuf::layout(s)) }
     }
 }
 
@@ -180,7 +180,7 @@ impl Drop for AlignedBuf {
         if self.len == ALIGN {
             give_page(self.ptr);
         } else if self.len > 0 {
-            // Allocated in `zeroed` with this layout; the pool frees it with the same.
+            // Allocated in `new` with this layout; the pool frees it with the same.
             give_large(Self::layout(self.len).size(), self.ptr);
         }
     }

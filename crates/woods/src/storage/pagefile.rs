@@ -86,11 +86,7 @@ impl PageFile {
 
     /// Reads one page bypassing the cache (scans of whole runs, checks).
     pub fn read_uncached(&self, page: u64, purpose: Purpose) -> Result<AlignedBuf> {
-        let mut buf = AlignedBuf::for_overwrite(PAGE_SIZE);
-        self.file.read_exact_at(&mut buf, page * PAGE_SIZE as u64)?;
-        self.counters.record_read(purpose, PAGE_SIZE);
-        verify(page, &buf)?;
-        Ok(buf)
+        self.read_many(page, 1, purpose)
     }
 
     /// Reads `n` contiguous pages in one device request, verifying each; not cached.
@@ -140,9 +136,7 @@ impl PageFile {
     pub fn write(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
         self.invalidate(start, buf.len() / PAGE_SIZE);
         seal_pages(start, buf);
-        self.file.write_all_at(buf, start * PAGE_SIZE as u64)?;
-        self.counters.record_write(purpose, buf.len());
-        Ok(())
+        write_sealed(&*self.file, &self.counters, start, buf, purpose)
     }
 
     /// [`write`](PageFile::write) of the first `len` bytes of `buf`, done on one of the page
@@ -162,9 +156,7 @@ impl PageFile {
         seal_pages(start, &mut buf[..len]);
         let (file, counters) = (self.file.clone(), self.counters.clone());
         self.io.submit(move || {
-            let r = file
-                .write_all_at(&buf[..len], start * PAGE_SIZE as u64)
-                .map(|()| counters.record_write(purpose, len));
+            let r = write_sealed(&*file, &counters, start, &buf[..len], purpose);
             (r, buf)
         })
     }
@@ -246,6 +238,19 @@ fn verify_pages(start: u64, buf: &[u8]) -> Result<()> {
     for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
         verify(start + i as u64, page)?;
     }
+    Ok(())
+}
+
+/// Writes whole sealed pages at page `start` and counts them.
+fn write_sealed(
+    file: &dyn File,
+    counters: &IoCounters,
+    start: u64,
+    buf: &[u8],
+    purpose: Purpose,
+) -> Result<()> {
+    file.write_all_at(buf, start * PAGE_SIZE as u64)?;
+    counters.record_write(purpose, buf.len());
     Ok(())
 }
 
