@@ -94,6 +94,7 @@ pub fn check_value(value: &[u8]) -> Result<()> {
 pub mod codec {
     use crate::error::{Error, Result};
 
+    #[inline]
     pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
         while v >= 0x80 {
             out.push((v as u8) | 0x80);
@@ -102,15 +103,19 @@ pub mod codec {
         out.push(v as u8);
     }
 
+    #[inline]
     pub fn put_u16(out: &mut Vec<u8>, v: u16) {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    #[inline]
     pub fn put_u32(out: &mut Vec<u8>, v: u32) {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    #[inline]
     pub fn put_u64(out: &mut Vec<u8>, v: u64) {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    #[inline]
     pub fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
         put_varint(out, b.len() as u64);
         out.extend_from_slice(b);
@@ -128,15 +133,20 @@ pub mod codec {
         pub fn new(buf: &'a [u8], what: &'static str) -> Self {
             Reader { buf, pos: 0, what }
         }
+        #[cold]
+        #[inline(never)]
         fn short(&self) -> Error {
             Error::corruption(self.what, None, format!("truncated at byte {}", self.pos))
         }
+        #[inline]
         pub fn remaining(&self) -> usize {
             self.buf.len() - self.pos
         }
+        #[inline]
         pub fn is_empty(&self) -> bool {
             self.pos >= self.buf.len()
         }
+        #[inline]
         pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
             if self.remaining() < n {
                 return Err(self.short());
@@ -145,34 +155,55 @@ pub mod codec {
             self.pos += n;
             Ok(s)
         }
+        #[inline]
         pub fn u8(&mut self) -> Result<u8> {
             Ok(self.take(1)?[0])
         }
+        #[inline]
         pub fn u16(&mut self) -> Result<u16> {
             let b = self.take(2)?;
             Ok(u16::from_le_bytes([b[0], b[1]]))
         }
+        #[inline]
         pub fn u32(&mut self) -> Result<u32> {
             let b = self.take(4)?;
             Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         }
+        #[inline]
         pub fn u64(&mut self) -> Result<u64> {
             let b = self.take(8)?;
             let mut a = [0u8; 8];
             a.copy_from_slice(b);
             Ok(u64::from_le_bytes(a))
         }
+        #[inline]
         pub fn varint(&mut self) -> Result<u64> {
+            // Lengths and most sequence numbers of small entries fit one byte.
+            match self.buf.get(self.pos) {
+                Some(&b) if b < 0x80 => {
+                    self.pos += 1;
+                    Ok(b as u64)
+                }
+                _ => self.varint_long(),
+            }
+        }
+        fn varint_long(&mut self) -> Result<u64> {
             let mut v = 0u64;
-            for shift in (0..64).step_by(7) {
-                let b = self.u8()?;
+            let mut shift = 0;
+            while let Some(&b) = self.buf.get(self.pos) {
+                self.pos += 1;
                 v |= ((b & 0x7f) as u64) << shift;
                 if b & 0x80 == 0 {
                     return Ok(v);
                 }
+                shift += 7;
+                if shift > 63 {
+                    return Err(Error::corruption(self.what, None, "varint too long"));
+                }
             }
-            Err(Error::corruption(self.what, None, "varint too long"))
+            Err(self.short())
         }
+        #[inline]
         pub fn bytes(&mut self) -> Result<&'a [u8]> {
             let n = self.varint()?;
             if n > self.remaining() as u64 {
@@ -180,5 +211,47 @@ pub mod codec {
             }
             self.take(n as usize)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::codec::{put_varint, Reader};
+
+    #[test]
+    fn varints_round_trip_at_every_length() {
+        let mut values = vec![0, 1, 0x7f, 0x80, 0x3fff, 0x4000, u64::MAX];
+        values.extend((0..64).map(|b| 1u64 << b));
+        values.extend((1..64).map(|b| (1u64 << b) - 1));
+        for v in values {
+            let mut out = vec![0xaa];
+            put_varint(&mut out, v);
+            assert_eq!(
+                out.len() - 1,
+                (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+            );
+            out.push(0x55);
+            let mut r = Reader::new(&out, "test");
+            assert_eq!(r.u8().ok(), Some(0xaa));
+            assert_eq!(r.varint().ok(), Some(v), "value {v}");
+            assert_eq!(r.u8().ok(), Some(0x55), "{v} consumed its bytes only");
+            assert!(r.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_truncated_or_overlong_varint_is_corruption() {
+        let mut out = Vec::new();
+        put_varint(&mut out, 1 << 40);
+        for cut in 0..out.len() {
+            let mut r = Reader::new(&out[..cut], "test");
+            let err = r.varint().expect_err("truncated");
+            assert!(err.to_string().contains("truncated"), "{err}");
+        }
+        let long = [0x80u8; 11];
+        let err = Reader::new(&long, "test").varint().expect_err("overlong");
+        assert!(err.to_string().contains("too long"), "{err}");
+        let mut r = Reader::new(&[0x80, 0x80], "test");
+        assert!(r.bytes().is_err());
     }
 }

@@ -6,6 +6,7 @@ mod prime;
 pub use self::prime::prime;
 
 use std::cmp::Ordering;
+use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
@@ -62,7 +63,8 @@ pub struct MergeIter {
     heap: BinaryHeap<HeapItem>,
     reverse: bool,
     started: bool,
-    last: Option<(Arc<[u8]>, u64)>,
+    /// A source's error met while skipping copies after an entry: returned by the next call.
+    error: Option<Error>,
     failed: bool,
 }
 
@@ -73,7 +75,7 @@ impl MergeIter {
             heap: BinaryHeap::new(),
             reverse,
             started: false,
-            last: None,
+            error: None,
             failed: false,
         }
     }
@@ -88,6 +90,20 @@ impl MergeIter {
         }
         Ok(())
     }
+
+    /// Takes the first entry and puts its source's next one in its place (one sift instead of
+    /// a pop and a push), or removes it when its source has ended. `None`: every source ended.
+    fn take_top(&mut self) -> Option<Result<Entry>> {
+        let mut top = self.heap.peek_mut()?;
+        match self.sources[top.src].next() {
+            Some(Ok(next)) => Some(Ok(std::mem::replace(&mut top.entry, next))),
+            Some(Err(e)) => {
+                PeekMut::pop(top);
+                Some(Err(e))
+            }
+            None => Some(Ok(PeekMut::pop(top).entry)),
+        }
+    }
 }
 
 impl Iterator for MergeIter {
@@ -95,6 +111,10 @@ impl Iterator for MergeIter {
     fn next(&mut self) -> Option<Result<Entry>> {
         if self.failed {
             return None;
+        }
+        if let Some(e) = self.error.take() {
+            self.failed = true;
+            return Some(Err(e));
         }
         if !self.started {
             self.started = true;
@@ -105,19 +125,27 @@ impl Iterator for MergeIter {
                 }
             }
         }
-        loop {
-            let item = self.heap.pop()?;
-            if let Err(e) = self.pull(item.src) {
+        let entry = match self.take_top()? {
+            Ok(e) => e,
+            Err(e) => {
                 self.failed = true;
                 return Some(Err(e));
             }
-            let dup = matches!(&self.last, Some((k, s)) if *s == item.entry.seq && **k == *item.entry.key);
-            if dup {
-                continue;
+        };
+        // Other copies of this version (same key and seq) are the next in order, each source
+        // holding at most one in the heap: drop them now, so that nothing need remember the
+        // entry returned (no key clone per entry).
+        while self
+            .heap
+            .peek()
+            .is_some_and(|t| t.entry.seq == entry.seq && t.entry.key == entry.key)
+        {
+            if let Some(Err(e)) = self.take_top() {
+                self.error = Some(e);
+                break;
             }
-            self.last = Some((item.entry.key.clone(), item.entry.seq));
-            return Some(Ok(item.entry));
         }
+        Some(Ok(entry))
     }
 }
 
@@ -322,14 +350,17 @@ impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
     /// the bottom); `None` at the end of the input. One call reads one key's versions only, so
     /// a caller working in bounded steps can stop between any two keys, however many keys in a
     /// row compact away to nothing (the [`Iterator`] interface reads on until something is
-    /// kept). Entries an interleaved `next` left pending come first.
-    pub fn next_group(&mut self) -> Option<Result<Vec<Entry>>> {
+    /// kept). Entries an interleaved `next` left pending come first. The group replaces what
+    /// `out` held (a caller reuses one vector for every key: no allocation per key).
+    pub fn next_group(&mut self, out: &mut Vec<Entry>) -> Option<Result<()>> {
+        out.clear();
         if !self.pending.is_empty() {
-            return Some(Ok(self.pending.drain(..).collect()));
+            out.extend(self.pending.drain(..));
+            return Some(Ok(()));
         }
         Some(self.next_kept()?.map(|k| match k {
-            Kept::One(e) => vec![e],
-            Kept::Many(v) => v,
+            Kept::One(e) => out.push(e),
+            Kept::Many(v) => out.extend(v),
         }))
     }
 
@@ -510,8 +541,10 @@ mod tests {
         };
         let mut c = Compactor::new(input().into_iter(), Vec::new(), true, None);
         let mut groups: Vec<Vec<u64>> = Vec::new();
-        while let Some(g) = c.next_group() {
-            groups.push(g.unwrap_or_default().iter().map(|e| e.seq).collect());
+        let mut g = vec![Entry::new(b"stale", 9, Kind::Put, b"")];
+        while let Some(r) = c.next_group(&mut g) {
+            assert!(r.is_ok());
+            groups.push(g.iter().map(|e| e.seq).collect());
         }
         assert_eq!(groups, vec![vec![], vec![], vec![3]]);
         let all: Vec<u64> = Compactor::new(input().into_iter(), Vec::new(), true, None)

@@ -168,6 +168,8 @@ pub struct Pipe {
     to_right: bool,
     split_key: Option<Arc<[u8]>>,
     max_group: u64,
+    /// The current key's kept versions (one vector reused for every key).
+    group: Vec<Entry>,
 }
 
 impl Pipe {
@@ -197,6 +199,7 @@ impl Pipe {
             to_right: false,
             split_key: None,
             max_group: 0,
+            group: Vec::new(),
         }
     }
 
@@ -210,10 +213,11 @@ impl Pipe {
     pub fn step(&mut self, budget: u64) -> Result<bool> {
         let start = self.units();
         while self.units() - start < budget {
-            let group = match self.input.next_group() {
+            match self.input.next_group(&mut self.group) {
                 None => return Ok(true),
-                Some(g) => g?,
-            };
+                Some(r) => r?,
+            }
+            let group = &self.group;
             let Some(first) = group.first() else {
                 continue;
             };
@@ -242,7 +246,7 @@ impl Pipe {
                     &mut self.left
                 }
             };
-            for e in &group {
+            for e in group {
                 b.add(e)?;
             }
             self.written += g;
