@@ -74,6 +74,63 @@ fn delta(h: u64) -> u64 {
     h.rotate_left(32).wrapping_mul(P3) | 1
 }
 
+/// The probe positions of hash `h` in a filter of `bits` bits: `(h + i * delta(h)) mod bits`
+/// for `i` in `0..k`, the sum taken modulo 2^64 (the format's definition), computed with two
+/// divisions per key instead of one per probe: each step adds `delta mod bits` and, when the
+/// 64-bit sum wrapped, takes away `2^64 mod bits`.
+#[derive(Clone, Copy)]
+struct Probes {
+    pos: u64,
+    d: u64,
+    bit: u64,
+    step: u64,
+    wrap: u64,
+    bits: u64,
+}
+
+impl Probes {
+    #[inline]
+    fn new(h: u64, bits: u64, wrap: u64) -> Probes {
+        let d = delta(h);
+        Probes {
+            pos: h,
+            d,
+            bit: h % bits,
+            step: d % bits,
+            wrap,
+            bits,
+        }
+    }
+
+    /// `2^64 mod bits`, the same for every key of a filter.
+    fn wrap_of(bits: u64) -> u64 {
+        (u64::MAX % bits + 1) % bits
+    }
+
+    /// The current probe's bit; moves to the next probe.
+    #[inline]
+    fn next_bit(&mut self) -> u64 {
+        let bit = self.bit;
+        let (pos, wrapped) = self.pos.overflowing_add(self.d);
+        self.pos = pos;
+        // (bit + step) mod bits and (b - wrap) mod bits, written so that no sum overflows.
+        let mut b = if bit >= self.bits - self.step {
+            bit - (self.bits - self.step)
+        } else {
+            bit + self.step
+        };
+        if wrapped {
+            b = if b >= self.wrap {
+                b - self.wrap
+            } else {
+                b + (self.bits - self.wrap)
+            };
+        }
+        self.bit = b;
+        bit
+    }
+}
+
 /// Collects key hashes and produces the serialized filter sized for them.
 ///
 /// It keeps one `u64` per added key until [`BloomBuilder::finish`], since the number of keys
@@ -164,13 +221,12 @@ impl BloomFinish {
         let n = (budget / usize::from(self.k).max(1)).max(1);
         let end = self.pos.saturating_add(n).min(self.hashes.len());
         let array = &mut self.out[HEADER..];
+        let wrap = Probes::wrap_of(self.bits);
         for &h in &self.hashes[self.pos..end] {
-            let d = delta(h);
-            let mut pos = h;
+            let mut p = Probes::new(h, self.bits, wrap);
             for _ in 0..self.k {
-                let bit = pos % self.bits;
+                let bit = p.next_bit();
                 array[(bit / 8) as usize] |= 1 << (bit % 8);
-                pos = pos.wrapping_add(d);
             }
         }
         self.pos = end;
@@ -188,6 +244,8 @@ impl BloomFinish {
 pub struct Bloom {
     k: u8,
     bits: u64,
+    /// `2^64 mod bits` ([`Probes`]).
+    wrap: u64,
     data: Vec<u8>,
 }
 
@@ -220,7 +278,12 @@ impl Bloom {
                 data.len() - HEADER
             )));
         }
-        Ok(Bloom { k, bits, data })
+        Ok(Bloom {
+            k,
+            bits,
+            wrap: Probes::wrap_of(bits),
+            data,
+        })
     }
 
     /// Whether `key` may have been added: `false` is certain, `true` may be a false positive.
@@ -231,15 +294,13 @@ impl Bloom {
     /// [`Bloom::may_contain`] for a key already hashed with [`hash64`].
     pub fn may_contain_hash(&self, h: u64) -> bool {
         let array = &self.data[HEADER..];
-        let d = delta(h);
-        let mut pos = h;
+        let mut p = Probes::new(h, self.bits, self.wrap);
         for _ in 0..self.k {
-            let bit = pos % self.bits;
+            let bit = p.next_bit();
             match array.get((bit / 8) as usize) {
                 Some(byte) if byte & (1 << (bit % 8)) != 0 => {}
                 _ => return false,
             }
-            pos = pos.wrapping_add(d);
         }
         true
     }
@@ -263,6 +324,47 @@ impl Bloom {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The incremental probes give exactly the format's positions, `(h + i*d) mod 2^64 mod
+    /// bits`, for sizes whose 64-bit sums wrap often and rarely.
+    #[test]
+    fn probes_match_the_formats_positions() {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(7, |d| d.as_nanos() as u64);
+        println!("seed {seed}");
+        let mut x = seed | 1;
+        let mut next = || {
+            // xorshift64*
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let sizes = [
+            64,
+            65,
+            1000,
+            8191,
+            (1 << 40) + 7,
+            u64::MAX / 3,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for bits in sizes {
+            let wrap = Probes::wrap_of(bits);
+            for _ in 0..2000 {
+                let h = next();
+                let d = delta(h);
+                let mut p = Probes::new(h, bits, wrap);
+                let mut pos = h;
+                for i in 0..MAX_PROBES {
+                    assert_eq!(p.next_bit(), pos % bits, "bits {bits} h {h} probe {i}");
+                    pos = pos.wrapping_add(d);
+                }
+            }
+        }
+    }
 
     fn key(i: u64, salt: u64) -> Vec<u8> {
         format!("key-{salt}-{i:010}").into_bytes()
