@@ -21,7 +21,7 @@ use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_SEQ, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::manifest::Commit;
-use crate::memtable::{Memtable, ENTRY_OVERHEAD};
+use crate::memtable::{MemIter, Memtable, ENTRY_OVERHEAD};
 use crate::merge::{compact_versions, EntryIter};
 use crate::options::BTreeParams;
 use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
@@ -37,8 +37,12 @@ struct Version {
 /// A memtable being merged in.
 struct Job {
     mem: Arc<Memtable>,
-    entries: Vec<Entry>,
-    pos: usize,
+    /// The memtable's entries not yet applied, read in place: a copy of a whole memtable's
+    /// entries (about twice its bytes as separately allocated entries) was outside every
+    /// budget, and took the engine over its memory cgroup at 20 million records.
+    input: std::iter::Peekable<MemIter>,
+    /// Units (`entry_units`) applied so far.
+    done: u64,
     root: u64,
     height: u32,
     entries_in_tree: i64,
@@ -421,20 +425,26 @@ impl BTree {
 
     /// Runs the job for about `budget` units; returns units done.
     fn step(&self, job: &mut Job, budget: u64) -> Result<u64> {
-        let start = job.pos;
         let mut units = 0u64;
-        let mut end = start;
-        while end < job.entries.len() && (units < budget || end == start) {
-            units += entry_units(&job.entries[end]);
-            end += 1;
+        let mut chunk: Vec<Entry> = Vec::new();
+        // About `budget` units, and all versions of the last key in the same step.
+        loop {
+            let same_key = matches!(
+                (chunk.last(), job.input.peek()),
+                (Some(last), Some(Ok(next))) if next.key == last.key
+            );
+            if !(chunk.is_empty() || units < budget || same_key) {
+                break;
+            }
+            match job.input.next() {
+                Some(Ok(e)) => {
+                    units += entry_units(&e);
+                    chunk.push(e);
+                }
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
         }
-        // Keep all versions of one key in the same step.
-        while end < job.entries.len() && end > 0 && job.entries[end].key == job.entries[end - 1].key
-        {
-            units += entry_units(&job.entries[end]);
-            end += 1;
-        }
-        let chunk: Vec<Entry> = job.entries[start..end].to_vec();
         let snapshots = self.ctx.snapshots.list();
         let root = job.root;
         let height = job.height.max(1);
@@ -468,7 +478,7 @@ impl BTree {
                 job.height = 0;
             }
         }
-        job.pos = end;
+        job.done += units;
         self.counters.steps.fetch_add(1, Ordering::Relaxed);
         Ok(units)
     }
@@ -740,8 +750,7 @@ impl Index for BTree {
         let q = self.queue.lock();
         let mut d: u64 = q.iter().map(|m| m.bytes()).sum();
         if let Some(job) = self.job.try_lock().as_ref().and_then(|j| j.as_ref()) {
-            let done: u64 = job.entries[..job.pos].iter().map(entry_units).sum();
-            d = d.saturating_sub(done);
+            d = d.saturating_sub(job.done);
         }
         if !q.is_empty() {
             d.max(1)
@@ -757,11 +766,13 @@ impl Index for BTree {
                 return Ok(0);
             };
             let v = self.version();
-            let entries: Vec<Entry> = mem.entries().collect();
+            let input = mem
+                .iter(Bound::Unbounded, Bound::Unbounded, false)
+                .peekable();
             *slot = Some(Job {
                 mem,
-                entries,
-                pos: 0,
+                input,
+                done: 0,
                 root: v.root,
                 height: v.height,
                 entries_in_tree: v.entries as i64,
@@ -773,7 +784,7 @@ impl Index for BTree {
             return Ok(0);
         };
         let done = self.step(job, budget.max(1))?;
-        if job.pos >= job.entries.len() {
+        if job.input.peek().is_none() {
             if let Some(job) = slot.take() {
                 self.commit(job)?;
             }
