@@ -46,10 +46,15 @@ struct Sink {
 }
 
 impl Sink {
+    /// Pages of a chunk: what one allocation and one write cover.
+    fn chunk_pages(&self) -> u64 {
+        self.opts.extent_pages.max(1)
+    }
+
     /// Places `n` contiguous pages, letting `fill(i, body)` write the body of page `i` (a zeroed
     /// `PAGE_SIZE` slice whose checksum is added later). Returns the first page number.
     fn put(&mut self, n: u64, mut fill: impl FnMut(usize, &mut [u8])) -> Result<u64> {
-        let chunk_pages = self.opts.extent_pages.max(1);
+        let chunk_pages = self.chunk_pages();
         if n > chunk_pages {
             // Larger than a chunk: an extent of its own, allocated exactly.
             let extent = self.store.alloc().alloc(n);
@@ -151,7 +156,7 @@ impl Sink {
             return Ok(());
         };
         let (r, buf) = w.wait()?;
-        let chunk = self.opts.extent_pages.max(1) as usize * PAGE_SIZE;
+        let chunk = self.chunk_pages() as usize * PAGE_SIZE;
         if buf.len() == chunk && self.spare.len() < WRITES_IN_FLIGHT {
             self.spare.push(buf);
         }
