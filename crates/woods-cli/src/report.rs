@@ -171,8 +171,8 @@ pub fn print_stats(kind: &IndexKind, s: &Stats) -> io::Result<()> {
     writeln!(o, "  size              {}", bytes(s.file_bytes))?;
     writeln!(
         o,
-        "  pages             {} ({} free; {} freed since open punched out of the file)",
-        s.file_pages, s.free_pages, s.punched_pages
+        "  pages             {} ({} free, {} of them kept for reuse in place; {} freed since open punched out of the file)",
+        s.file_pages, s.free_pages, s.unpunched_pages, s.punched_pages
     )?;
     Ok(())
 }

@@ -78,6 +78,10 @@ pub struct Stats {
     pub free_pages: u64,
     /// Pages freed since open and punched out of the data file (given back to the file system).
     pub punched_pages: u64,
+    /// Free pages kept allocated in the data file to be written again in place, at most a
+    /// sixteenth of the allocated pages; punched out once the database is idle (a second
+    /// without background work, or [`Db::drain`]).
+    pub unpunched_pages: u64,
 }
 
 struct MemState {
@@ -149,6 +153,10 @@ const PACE_WAIT: Duration = Duration::from_millis(1);
 /// switches (`perf record -e cpu-clock`, docs/engine.md). A writer still waits at most
 /// `PACE_WAIT`.
 const WAKE_EVERY: Duration = Duration::from_micros(250);
+
+/// How long a background thread finds no work before it punches the free space kept for
+/// reuse in place out of the data file (`Allocator::punch_reserve`).
+const PUNCH_WHEN_IDLE: Duration = Duration::from_secs(1);
 
 /// Starts a thread of woods' own named `name`; failing to start one is an I/O error of the
 /// call that needed it, not a panic.
@@ -516,6 +524,7 @@ impl Db {
             self.inner.check_failed()?;
             self.inner.do_work(self.inner.step_bytes())?;
         }
+        self.inner.store.alloc().punch_reserve();
         Ok(())
     }
 
@@ -1021,6 +1030,7 @@ impl Inner {
 
     fn worker_loop(&self) {
         let mut woke = Instant::now();
+        let mut idle_since: Option<Instant> = None;
         loop {
             if self.shutdown.load(Ordering::Acquire) {
                 return;
@@ -1030,7 +1040,14 @@ impl Inner {
                 // A failure turns the database read-only, and the loop below then waits.
                 let _ = self.note(wal.prepare_next());
             }
-            if self.failure.lock().is_some() || !self.index.background_work() {
+            let failed = self.failure.lock().is_some();
+            if failed || !self.index.background_work() {
+                // Idle for a while: the free space kept for reuse in place goes back to the file
+                // system (not at every pause between jobs, which would undo the reserve).
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if !failed && since.elapsed() >= PUNCH_WHEN_IDLE {
+                    self.store.alloc().punch_reserve();
+                }
                 let mut g = self.work_lock.lock();
                 if self.shutdown.load(Ordering::Acquire) {
                     return;
@@ -1039,6 +1056,7 @@ impl Inner {
                 self.work_cv.wait_for(&mut g, Duration::from_millis(50));
                 continue;
             }
+            idle_since = None;
             // Errors turn the database read-only inside do_work.
             let _ = self.do_work(self.step_bytes());
             if self.index.debt() > 0 && woke.elapsed() < WAKE_EVERY {
@@ -1084,6 +1102,7 @@ impl Inner {
             file_pages: alloc.end(),
             free_pages: alloc.free_pages(),
             punched_pages: alloc.punch_stats().0,
+            unpunched_pages: alloc.unpunched_pages(),
         }
     }
 

@@ -470,12 +470,12 @@ impl Run {
     }
 
     /// Makes `ahead`'s window start at `page`: the window read ahead when it starts there, else
-    /// a read now. From a scan's second window on (a forward scan that needed more than one
-    /// window is likely to need more), the window after the new one is read ahead.
+    /// a read now. The window after the new one is read ahead from a scan's first window on
+    /// (these scans are flushes, merges and checks, which read on).
     fn fill_window(&self, page: u64, purpose: Purpose, ahead: &mut Readahead) -> Result<()> {
         let max = ahead.max_pages();
         let len = max as usize * PAGE_SIZE;
-        let sequential = ahead.pages > 0;
+        let sequential = true;
         ahead.pages = 0;
         // The previous window's buffer, unless a node parsed from it still holds it.
         let old = std::mem::take(&mut ahead.buf);

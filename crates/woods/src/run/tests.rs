@@ -939,13 +939,13 @@ fn scans_reading_ahead_return_the_model_over_every_range() {
             read <= limit,
             "{read} bytes read by a scan in {window}-page windows, run and one window {limit}"
         );
-        // Every window but the first two was read ahead, across extents too; the other reads
-        // are of index pages (read a page at a time as the scan descends).
+        // Every window but the first was read ahead, across extents too; the other reads are
+        // of index pages (read a page at a time as the scan descends).
         let ahead = pf.reads_behind();
         let meta = run.meta();
         let index_pages = meta.pages() - meta.data_pages - meta.filter_pages;
         assert!(
-            requests - ahead <= 2 + index_pages && ahead > 10,
+            requests - ahead <= 1 + index_pages && ahead > 10,
             "{window}-page windows (fragmented: {fragmented}): {requests} reads, {ahead} of them ahead"
         );
     }

@@ -17,6 +17,14 @@ use super::{File, PAGE_SIZE};
 /// The smallest extent worth punching out of the file when it is released.
 pub const PUNCH_MIN_PAGES: u64 = 8;
 
+/// Released extents are punched out of the file only once the free pages not yet punched
+/// exceed this fraction (1/`PUNCH_RESERVE_DIVISOR`) of the allocated pages; then the highest
+/// of them are punched until half that is left. The rest stay allocated in the file and are
+/// written again in place: a direct write into a hole allocates blocks under the file's
+/// exclusive lock (blocking every read of the file meanwhile), and each punch waits for all
+/// direct I/O in flight on the file.
+pub const PUNCH_RESERVE_DIVISOR: u64 = 16;
+
 /// A run of contiguous pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Extent {
@@ -37,6 +45,102 @@ struct State {
     /// First page past the end of everything ever allocated.
     end: u64,
     free_pages: u64,
+    /// Free ranges released since punching started and not punched out of the file (a subset
+    /// of `free`; adjacent ranges are not merged): the reserve reused in place.
+    unpunched: BTreeMap<u64, u64>,
+    unpunched_pages: u64,
+}
+
+impl State {
+    /// Forgets `[start, start + pages)` from the unpunched set (it is allocated, or about to be
+    /// punched).
+    fn take_unpunched(&mut self, start: u64, pages: u64) {
+        let end = start + pages;
+        let hit: Vec<(u64, u64)> = self
+            .unpunched
+            .range(..end)
+            .rev()
+            .take_while(|(&s, &l)| s + l > start)
+            .map(|(&s, &l)| (s, l))
+            .collect();
+        for (s, l) in hit {
+            self.unpunched.remove(&s);
+            self.unpunched_pages -= l;
+            if s < start {
+                self.unpunched.insert(s, start - s);
+                self.unpunched_pages += start - s;
+            }
+            if s + l > end {
+                self.unpunched.insert(end, s + l - end);
+                self.unpunched_pages += s + l - end;
+            }
+        }
+    }
+
+    /// Takes `e`, which lies inside one free range, out of the free space.
+    fn carve_free(&mut self, e: Extent) {
+        let Some((&fs, &fl)) = self.free.range(..=e.start).next_back() else {
+            debug_assert!(false, "carving {e:?}, which is not free");
+            return;
+        };
+        debug_assert!(fs + fl >= e.end(), "carving {e:?} from free {fs}+{fl}");
+        self.free.remove(&fs);
+        if fs < e.start {
+            self.free.insert(fs, e.start - fs);
+        }
+        if fs + fl > e.end() {
+            self.free.insert(e.end(), fs + fl - e.end());
+        }
+        self.free_pages -= e.pages;
+    }
+
+    /// Adds `e` to the free space, coalescing it with its neighbours.
+    fn insert_free(&mut self, e: Extent) {
+        let mut start = e.start;
+        let mut len = e.pages;
+        if let Some((&ps, &pl)) = self.free.range(..start).next_back() {
+            debug_assert!(
+                ps + pl <= start,
+                "double free of pages {start}..{}",
+                start + len
+            );
+            if ps + pl == start {
+                self.free.remove(&ps);
+                start = ps;
+                len += pl;
+            }
+        }
+        if let Some(&nl) = self.free.get(&(e.end())) {
+            self.free.remove(&e.end());
+            len += nl;
+        }
+        self.free.insert(start, len);
+        self.free_pages += e.pages;
+    }
+
+    /// The unpunched ranges to punch now (taken out of the free space until they are punched):
+    /// the highest, until half the reserve is left, once the reserve is exceeded.
+    fn over_reserve(&mut self, first_page: u64) -> Vec<Extent> {
+        // Saturating: a store may be handed extents it never allocated (a test decodes
+        // metadata into a scratch store, whose copies release their extents there), which it
+        // keeps as free space past its end.
+        let allocated = self.end.saturating_sub(first_page + self.free_pages);
+        let reserve = allocated / PUNCH_RESERVE_DIVISOR;
+        if self.unpunched_pages <= reserve {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        while self.unpunched_pages > reserve / 2 {
+            let Some((&start, &pages)) = self.unpunched.iter().next_back() else {
+                break;
+            };
+            let e = Extent { start, pages };
+            self.take_unpunched(start, pages);
+            self.carve_free(e);
+            out.push(e);
+        }
+        out
+    }
 }
 
 /// Free-space map over the data file's pages.
@@ -73,6 +177,8 @@ impl Allocator {
                 free: BTreeMap::new(),
                 end: first_page,
                 free_pages: 0,
+                unpunched: BTreeMap::new(),
+                unpunched_pages: 0,
             },
             first_page,
         )
@@ -97,6 +203,8 @@ impl Allocator {
                 free,
                 end: pos,
                 free_pages,
+                unpunched: BTreeMap::new(),
+                unpunched_pages: 0,
             },
             first_page,
         )
@@ -126,10 +234,53 @@ impl Allocator {
         }
     }
 
-    /// Punches nothing more, for good: the index is closing, and the extents its structures
-    /// give back as they are dropped are still what the last manifest names.
+    /// Punches out the free ranges kept unpunched (they were released under the reuse rule),
+    /// then nothing more, for good: the index is closing, and the extents its structures give
+    /// back as they are dropped are still what the last manifest names.
     pub fn stop_punching(&self) {
+        self.punch_reserve();
         self.punch_stopped.store(true, Ordering::Release);
+    }
+
+    /// Punches out the free ranges kept unpunched (the database is idle: nothing is about to
+    /// reuse them), so that the file occupies on the device what is allocated.
+    pub fn punch_reserve(&self) {
+        if !self.punching() {
+            return;
+        }
+        let kept: Vec<Extent> = {
+            let mut s = self.state.lock();
+            let kept: Vec<Extent> = s
+                .unpunched
+                .iter()
+                .map(|(&start, &pages)| Extent { start, pages })
+                .collect();
+            for e in &kept {
+                s.take_unpunched(e.start, e.pages);
+                s.carve_free(*e);
+            }
+            kept
+        };
+        self.punch_and_free(kept);
+    }
+
+    /// Punches `taken` (ranges carved out of the free space) and gives them back to it.
+    fn punch_and_free(&self, taken: Vec<Extent>) {
+        if taken.is_empty() {
+            return;
+        }
+        for e in &taken {
+            self.punch(*e);
+        }
+        let mut s = self.state.lock();
+        for e in taken {
+            s.insert_free(e);
+        }
+    }
+
+    /// Whether released extents are punched (a file is named and punching has not stopped).
+    fn punching(&self) -> bool {
+        self.punch.get().is_some() && !self.punch_stopped.load(Ordering::Acquire)
     }
 
     fn punch(&self, e: Extent) {
@@ -174,6 +325,7 @@ impl Allocator {
                 s.free.insert(start + pages, len - pages);
             }
             s.free_pages -= pages;
+            s.take_unpunched(start, pages);
             return Extent { start, pages };
         }
         // Extend: if the last free range touches the end, use it as the start.
@@ -182,6 +334,7 @@ impl Allocator {
             if st + len == s.end {
                 s.free.remove(&st);
                 s.free_pages -= len;
+                s.take_unpunched(st, len);
                 start = st;
             }
         }
@@ -205,6 +358,7 @@ impl Allocator {
                     s.free.insert(start + take, len - take);
                 }
                 s.free_pages -= take;
+                s.take_unpunched(start, take);
                 pages -= take;
                 out.push(Extent { start, pages: take });
             }
@@ -215,34 +369,35 @@ impl Allocator {
         out
     }
 
-    /// Returns an extent to the free space (punched out of the file first, if punching: once
-    /// the extent is free it may be allocated and written at once).
+    /// Returns an extent to the free space. When punching, it is kept allocated in the file
+    /// (to be written again in place) while the unpunched free pages are within the reserve
+    /// ([`PUNCH_RESERVE_DIVISOR`]); past it, the highest unpunched ranges are punched out, each
+    /// taken out of the free space until it is punched (once free, an extent may be allocated
+    /// and written at once).
     pub fn release(&self, e: Extent) {
         if e.pages == 0 {
             return;
         }
-        self.punch(e);
-        let mut s = self.state.lock();
-        let mut start = e.start;
-        let mut len = e.pages;
-        if let Some((&ps, &pl)) = s.free.range(..start).next_back() {
-            debug_assert!(
-                ps + pl <= start,
-                "double free of pages {start}..{}",
-                start + len
-            );
-            if ps + pl == start {
-                s.free.remove(&ps);
-                start = ps;
-                len += pl;
+        let punching = self.punching();
+        let excess = {
+            let mut s = self.state.lock();
+            s.insert_free(e);
+            if !punching {
+                return;
             }
-        }
-        if let Some(&nl) = s.free.get(&(e.end())) {
-            s.free.remove(&e.end());
-            len += nl;
-        }
-        s.free.insert(start, len);
-        s.free_pages += e.pages;
+            if e.pages >= PUNCH_MIN_PAGES {
+                s.unpunched.insert(e.start, e.pages);
+                s.unpunched_pages += e.pages;
+            }
+            // Checked after every release, so the reserve also shrinks with what is allocated.
+            s.over_reserve(self.first_page)
+        };
+        self.punch_and_free(excess);
+    }
+
+    /// Free pages kept allocated in the file to be written again in place (not punched out).
+    pub fn unpunched_pages(&self) -> u64 {
+        self.state.lock().unpunched_pages
     }
 
     /// Pages in the file (allocated or free), the reserved header included.
@@ -332,42 +487,131 @@ mod tests {
     }
 
     #[test]
-    fn released_and_initially_free_ranges_are_punched() {
+    fn released_ranges_are_kept_within_the_reserve_and_punched_past_it() {
         let m = PUNCH_MIN_PAGES;
+        let p = PAGE_SIZE as u64;
         let a = Allocator::from_allocated(
             1,
             &[Extent {
                 start: 1 + m,
-                pages: m,
+                pages: 16 * 10 * m,
             }],
         );
         let holes = Arc::new(Holes::default());
         a.punch_holes_in(holes.clone());
-        let p = PAGE_SIZE as u64;
         assert_eq!(
             *holes.0.lock(),
             vec![(p, m * p)],
-            "the gap below the extent"
+            "the gap below the extent, free at the start"
         );
+        let big = Extent {
+            start: 1 + m,
+            pages: 16 * 10 * m,
+        };
+        // Within the reserve (a sixteenth of what is allocated): kept, and reused in place.
         let x = a.alloc(m + 3);
         let y = a.alloc(1);
-        assert!(holes.0.lock().len() == 1, "allocating punches nothing");
         a.release(x);
         a.release(y);
-        a.release(Extent {
-            start: 1 + m,
-            pages: m,
-        });
+        assert_eq!(
+            holes.0.lock().len(),
+            1,
+            "a release within the reserve punches nothing"
+        );
+        assert_eq!(
+            a.unpunched_pages(),
+            m + 3,
+            "single pages are never kept for punching"
+        );
+        assert_eq!(a.alloc(m + 3), x, "the kept range is reused first");
+        assert_eq!(a.unpunched_pages(), 0, "allocated pages are no longer kept");
+        a.release(x);
+        // Past the reserve: the highest kept ranges are punched out.
+        a.release(big);
         assert_eq!(
             holes.0.lock()[1..],
-            [(x.start * p, (m + 3) * p), ((1 + m) * p, m * p)],
-            "each release of at least PUNCH_MIN_PAGES, as released"
+            [(x.start * p, x.pages * p), (big.start * p, big.pages * p)],
+            "nothing is allocated: every kept range is punched, highest first"
         );
-        assert_eq!(a.punch_stats(), (m + (m + 3) + m, 0));
+        assert_eq!(a.unpunched_pages(), 0);
+        assert_eq!(a.punch_stats(), (m + big.pages + x.pages, 0));
         let z = a.alloc(m);
-        a.stop_punching();
+        let w = a.alloc(16 * 4 * m);
         a.release(z);
-        assert_eq!(holes.0.lock().len(), 3, "nothing is punched once stopped");
-        assert_eq!(a.alloc(m), z, "the extent is free all the same");
+        assert_eq!(a.unpunched_pages(), m);
+        a.stop_punching();
+        assert_eq!(
+            holes.0.lock().last(),
+            Some(&(z.start * p, m * p)),
+            "stopping punches what was kept"
+        );
+        let n = holes.0.lock().len();
+        a.release(w);
+        assert_eq!(holes.0.lock().len(), n, "nothing is punched once stopped");
+        assert_eq!(a.alloc(m), z, "the extents are free all the same");
+    }
+
+    /// Random allocations and releases: a punch never touches an allocated page, the free and
+    /// kept pages add up, and the kept pages stay within the reserve.
+    #[test]
+    fn punches_never_touch_allocated_pages() {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let seed = crate::testutil::seed();
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let a = Allocator::new(1);
+        let holes = Arc::new(Holes::default());
+        a.punch_holes_in(holes.clone());
+        let mut live: Vec<Extent> = Vec::new();
+        for step in 0..20_000 {
+            let before = holes.0.lock().len();
+            if live.is_empty() || rng.gen_bool(0.55) {
+                let pages = if rng.gen_bool(0.2) {
+                    rng.gen_range(1..4)
+                } else {
+                    rng.gen_range(PUNCH_MIN_PAGES..64)
+                };
+                if rng.gen_bool(0.2) {
+                    live.extend(a.alloc_scattered(pages));
+                } else {
+                    live.push(a.alloc(pages));
+                }
+            } else {
+                let e = live.swap_remove(rng.gen_range(0..live.len()));
+                a.release(e);
+            }
+            let page = PAGE_SIZE as u64;
+            for &(off, len) in &holes.0.lock()[before..] {
+                let (lo, hi) = (off / page, (off + len) / page);
+                for e in &live {
+                    assert!(
+                        hi <= e.start || lo >= e.end(),
+                        "seed {seed} step {step}: punched {lo}..{hi} over allocated {e:?}"
+                    );
+                }
+            }
+            let s = a.state.lock();
+            let allocated: u64 = live.iter().map(|e| e.pages).sum();
+            assert_eq!(
+                s.end - 1 - s.free_pages,
+                allocated,
+                "seed {seed} step {step}"
+            );
+            assert_eq!(
+                s.unpunched.values().sum::<u64>(),
+                s.unpunched_pages,
+                "seed {seed} step {step}"
+            );
+            assert!(s.unpunched_pages <= s.free_pages, "seed {seed} step {step}");
+            assert!(
+                s.unpunched_pages <= allocated / PUNCH_RESERVE_DIVISOR,
+                "seed {seed} step {step}: {} pages kept for {allocated} allocated",
+                s.unpunched_pages
+            );
+        }
+        let (punched, _) = a.punch_stats();
+        assert!(
+            punched > 0,
+            "seed {seed}: nothing was punched past the reserve"
+        );
     }
 }
