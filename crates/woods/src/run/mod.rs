@@ -475,7 +475,6 @@ impl Run {
     fn fill_window(&self, page: u64, purpose: Purpose, ahead: &mut Readahead) -> Result<()> {
         let max = ahead.max_pages();
         let len = max as usize * PAGE_SIZE;
-        let sequential = true;
         ahead.pages = 0;
         // The previous window's buffer, unless a node parsed from it still holds it.
         let old = std::mem::take(&mut ahead.buf);
@@ -501,21 +500,19 @@ impl Run {
             }
         }
         ahead.start = page;
-        if sequential {
-            if let Some(start) = self.page_after(page + ahead.pages) {
-                let n = self.window_at(start, max);
-                let buf = spare
-                    .take()
-                    .unwrap_or_else(|| AlignedBuf::for_overwrite(len));
-                let read = self
-                    .store
-                    .read_behind(start, buf, n as usize * PAGE_SIZE, purpose);
-                ahead.next = Some(NextWindow {
-                    start,
-                    pages: n,
-                    read,
-                });
-            }
+        if let Some(start) = self.page_after(page + ahead.pages) {
+            let n = self.window_at(start, max);
+            let buf = spare
+                .take()
+                .unwrap_or_else(|| AlignedBuf::for_overwrite(len));
+            let read = self
+                .store
+                .read_behind(start, buf, n as usize * PAGE_SIZE, purpose);
+            ahead.next = Some(NextWindow {
+                start,
+                pages: n,
+                read,
+            });
         }
         Ok(())
     }

@@ -134,12 +134,17 @@ impl State {
             let Some((&start, &pages)) = self.unpunched.iter().next_back() else {
                 break;
             };
-            let e = Extent { start, pages };
-            self.take_unpunched(start, pages);
-            self.carve_free(e);
-            out.push(e);
+            out.push(self.take_for_punch(Extent { start, pages }));
         }
         out
+    }
+
+    /// Takes the unpunched range `e` out of the kept set and out of the free space, to be
+    /// punched ([`Allocator::punch_and_free`] gives it back).
+    fn take_for_punch(&mut self, e: Extent) -> Extent {
+        self.take_unpunched(e.start, e.pages);
+        self.carve_free(e);
+        e
     }
 }
 
@@ -255,11 +260,7 @@ impl Allocator {
                 .iter()
                 .map(|(&start, &pages)| Extent { start, pages })
                 .collect();
-            for e in &kept {
-                s.take_unpunched(e.start, e.pages);
-                s.carve_free(*e);
-            }
-            kept
+            kept.into_iter().map(|e| s.take_for_punch(e)).collect()
         };
         self.punch_and_free(kept);
     }
