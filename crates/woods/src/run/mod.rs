@@ -740,19 +740,74 @@ impl Run {
     /// The number of entries with key < `key`, from the subtree counts of one root-to-leaf
     /// descent (exact for a well-formed run).
     pub fn rank(&self, key: &[u8]) -> Result<u64> {
-        let p = Purpose::UserRead;
-        let Some(mut node) = self.root_node(p)? else {
-            return Ok(0);
+        Ok(self.rank_bytes(key, Purpose::UserRead)?.0)
+    }
+
+    /// The entries with key < `key` and their user bytes (key and value lengths), from the
+    /// subtree totals of one root-to-leaf descent; reads count as `purpose`.
+    pub fn rank_bytes(&self, key: &[u8], purpose: Purpose) -> Result<(u64, u64)> {
+        let Some(mut node) = self.root_node(purpose)? else {
+            return Ok((0, 0));
         };
-        let mut rank = 0u64;
+        let (mut entries, mut bytes) = (0u64, 0u64);
         while node.level > 0 {
             let i = node.lower_bound(key, u64::MAX)?.saturating_sub(1);
             for j in 0..i {
-                rank = rank.saturating_add(node.index(j)?.entries);
+                let it = node.index(j)?;
+                entries = entries.saturating_add(it.entries);
+                bytes = bytes.saturating_add(it.bytes);
             }
-            node = self.child_node(&node, i, p)?;
+            node = self.child_node(&node, i, purpose)?;
         }
-        Ok(rank.saturating_add(node.lower_bound(key, u64::MAX)? as u64))
+        for j in 0..node.lower_bound(key, u64::MAX)? {
+            let d = node.data(j)?;
+            entries += 1;
+            bytes = bytes.saturating_add(d.key.len() as u64 + d.value_len());
+        }
+        Ok((entries, bytes))
+    }
+
+    /// The key of the first entry (in entry order) at which the entries from the run's start
+    /// up to and including it weigh at least `target`, an entry weighing `weight(1, its user
+    /// bytes)` and a subtree `weight(entries, user bytes)` (so `weight` must be additive), from
+    /// one descent; `None` when the whole run weighs less. Reads count as `purpose`.
+    pub fn key_at_weight(
+        &self,
+        target: u64,
+        weight: impl Fn(u64, u64) -> u64,
+        purpose: Purpose,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some(mut node) = self.root_node(purpose)? else {
+            return Ok(None);
+        };
+        let mut before = 0u64;
+        let root_is_leaf = node.level == 0;
+        'descend: while node.level > 0 {
+            for j in 0..node.count {
+                let it = node.index(j)?;
+                let w = before.saturating_add(weight(it.entries, it.bytes));
+                if w >= target {
+                    node = self.child_node(&node, j, purpose)?;
+                    continue 'descend;
+                }
+                before = w;
+            }
+            return Ok(None);
+        }
+        for j in 0..node.count {
+            let d = node.data(j)?;
+            before = before.saturating_add(weight(1, d.key.len() as u64 + d.value_len()));
+            if before >= target {
+                return Ok(Some(d.key.to_vec()));
+            }
+        }
+        if root_is_leaf {
+            return Ok(None);
+        }
+        Err(corrupt(
+            node.page,
+            "the page's entries weigh less than its parent's subtree totals say",
+        ))
     }
 
     /// Reads every page of the run and verifies it: checksums, page types and levels, entry

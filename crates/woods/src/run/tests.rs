@@ -752,6 +752,69 @@ fn rank_matches_subtree_counts() {
     }
 }
 
+/// `rank_bytes` and `key_at_weight` against the entries themselves: the weighted prefix before
+/// a key, and the entry at which a prefix first reaches a weight (what a flush's cut needs).
+#[test]
+fn weighted_rank_and_key_at_weight_match_the_entries() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let m = model(&mut rng, 20_000);
+    let run = build(&pf, &m, opts());
+    let weight = |n: u64, b: u64| b + 64 * n;
+    let mut prefix = Vec::with_capacity(m.len() + 1);
+    prefix.push(0u64);
+    for e in &m {
+        let last = *prefix.last().unwrap();
+        prefix.push(last + weight(1, e.user_bytes() as u64));
+    }
+    let total = *prefix.last().unwrap();
+    let p = Purpose::Merge;
+    assert_eq!(run.rank_bytes(b"", p).unwrap(), (0, 0));
+    let all_bytes: u64 = m.iter().map(|e| e.user_bytes() as u64).sum();
+    assert_eq!(
+        run.rank_bytes(&[0xff; 2000], p).unwrap(),
+        (m.len() as u64, all_bytes)
+    );
+    for _ in 0..300 {
+        let i = rng.gen_range(0..m.len());
+        let k = &*m[i].key;
+        let before = m.partition_point(|e| &*e.key < k);
+        let bytes: u64 = m[..before].iter().map(|e| e.user_bytes() as u64).sum();
+        assert_eq!(
+            run.rank_bytes(k, p).unwrap(),
+            (before as u64, bytes),
+            "key {k:?}"
+        );
+        let target = rng.gen_range(0..=total + 10);
+        let want = prefix[1..]
+            .iter()
+            .position(|&w| w >= target)
+            .map(|j| m[j].key.to_vec());
+        assert_eq!(
+            run.key_at_weight(target, weight, p).unwrap(),
+            want,
+            "target {target} of {total}"
+        );
+    }
+    assert_eq!(
+        run.key_at_weight(total, weight, p).unwrap(),
+        Some(m.last().unwrap().key.to_vec())
+    );
+    assert_eq!(run.key_at_weight(total + 1, weight, p).unwrap(), None);
+    // A run of one page (no index level).
+    let small = build(&pf, &m[..3], opts());
+    let w3: u64 = m[..3]
+        .iter()
+        .map(|e| weight(1, e.user_bytes() as u64))
+        .sum();
+    assert_eq!(small.meta().height, 1);
+    assert_eq!(
+        small.key_at_weight(w3, weight, p).unwrap(),
+        Some(m[2].key.to_vec())
+    );
+    assert_eq!(small.key_at_weight(w3 + 1, weight, p).unwrap(), None);
+}
+
 #[test]
 fn shared_types_are_send_and_sync() {
     fn send_sync<T: Send + Sync>() {}

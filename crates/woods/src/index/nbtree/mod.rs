@@ -22,6 +22,12 @@
 //! published. The root's drain is one commit for all children, and only it advances
 //! `durable_seq`: a child committed alone would hold writes whose log records a power cut may
 //! have lost, and recovery would not be a prefix.
+//!
+//! Parallelism: the children merges of one flush are independent (a deep flush finds its cut
+//! from the parent d-tree's subtree totals first, [`flush_cut`]), and so are the splits of a
+//! node's oversized leaves, so each of these steps is a [`Batch`] whose
+//! parts concurrent `work` callers (the Db's background threads) step one each, outside the
+//! job's lock; the batch commits once, when every part is built.
 
 mod check;
 mod iter;
@@ -36,10 +42,10 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use self::job::{child_bounds, live_iter, Counted, Cut, CutState, Outcome, Pipe, Route};
-use self::policy::{granule, job_bound, rest_bound, settle, Action, Shape};
+use self::policy::{granule, job_bound, leaf_oversized, rest_bound, settle, Action, Shape};
 use self::version::{
     decode_meta, encode_meta, height_of, node_at, replace_at, units, Cursor, DTree, Observed,
     Phase, SNode, Version,
@@ -68,6 +74,8 @@ struct Counters {
     flushes: AtomicU64,
     deep_flushes: AtomicU64,
     child_merges: AtomicU64,
+    /// Steps of a batch's part that began while another caller was stepping a part.
+    parallel_steps: AtomicU64,
     leaf_splits: AtomicU64,
     node_splits: AtomicU64,
     root_splits: AtomicU64,
@@ -103,6 +111,8 @@ pub struct Tree {
     committed: Mutex<Committed>,
     committer: Committer,
     counters: Counters,
+    /// Callers stepping a batch's part now.
+    stepping: AtomicU64,
 }
 
 /// The last committed version and the extents its d-trees reach.
@@ -120,29 +130,144 @@ pub type NbTree = WithCommitter<Tree>;
 enum RootPhase {
     /// The root is a leaf: merge Z into its d-tree.
     Absorb,
-    /// Merge Z into each child whose interval holds some of it; `built` are the new d-trees of
-    /// the children done so far, committed together at the end.
-    Flush {
-        receivers: Vec<usize>,
-        next: usize,
-        built: Vec<(usize, Option<Run>)>,
-    },
+    /// Merge Z into each child whose interval holds some of it (a [`Batch`]), committed
+    /// together at the end.
+    Flush { receivers: Vec<usize> },
 }
 
-/// The step a pipe is doing.
+/// The step the job's one pipe is doing.
 enum StepKind {
     RootAbsorb,
-    RootChild {
-        child: usize,
-    },
-    FlushChild {
-        child: usize,
-        cut: Arc<Mutex<CutState>>,
-    },
-    SplitLeaf {
-        child: usize,
-    },
     SplitNode,
+}
+
+/// The children merges of one flush, the root's drain of Z or a deep flush of a node's σ
+/// smallest live entries: each reads its own interval of the parent and its own child, so
+/// they are independent, and every `work` caller steps a different one (on as many threads
+/// as the Db runs in the background). They commit together once all are built.
+struct Batch {
+    kind: BatchKind,
+    parts: Vec<Arc<Part>>,
+}
+
+enum BatchKind {
+    /// The root's drain of Z.
+    Root,
+    /// A deep flush of the node at the cursor's path: its live entries below `cut` move down
+    /// (`None`: all of them).
+    Flush { cut: Option<Arc<[u8]>> },
+    /// The splits of the oversized leaf children of the node at the cursor's path.
+    LeafSplits,
+}
+
+/// One child's merge in a [`Batch`].
+struct Part {
+    child: usize,
+    /// What the parent's side moved (a deep flush).
+    moved: Option<Arc<Mutex<CutState>>>,
+    /// Locked by the caller stepping it, never while that caller waits for the job's lock.
+    state: Mutex<PartState>,
+}
+
+enum PartState {
+    Merging(Box<Pipe>),
+    Built(Box<Outcome>),
+    /// Failed or given up by an abort; its builders released what they held.
+    Dropped,
+}
+
+/// A part's new d-tree(s), as its batch commits them: the child, and what the parent's side
+/// moved (a deep flush).
+type BuiltPart = (usize, Outcome, Option<Arc<Mutex<CutState>>>);
+
+/// What a `work` caller takes up next in a batch.
+enum Claim {
+    /// A part still merging: one nobody steps now if there is one.
+    Part(Arc<Part>),
+    /// Every part is built: the batch can commit.
+    Built,
+    /// A part failed: the batch must start again.
+    Failed,
+}
+
+/// Counts a caller in [`Tree::step_part`] while it is there.
+struct Stepping<'a>(&'a AtomicU64);
+
+impl<'a> Stepping<'a> {
+    fn enter(now: &'a AtomicU64, parallel: &AtomicU64) -> Stepping<'a> {
+        if now.fetch_add(1, Ordering::Relaxed) > 0 {
+            parallel.fetch_add(1, Ordering::Relaxed);
+        }
+        Stepping(now)
+    }
+}
+
+impl Drop for Stepping<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Part {
+    fn new(child: usize, moved: Option<Arc<Mutex<CutState>>>, pipe: Pipe) -> Arc<Part> {
+        Arc::new(Part {
+            child,
+            moved,
+            state: Mutex::new(PartState::Merging(Box::new(pipe))),
+        })
+    }
+}
+
+/// The first key a flush that moves `budget` units of `d`'s live entries leaves behind: it
+/// takes the live entries in key order until they weigh `budget`, then the rest of the last
+/// key's versions (all versions of a key move together, spec P4); `None` when that is all of
+/// them. One descent of the run's index (its subtree totals) and one page past it, so the
+/// children's merges need not run in order to find it.
+fn flush_cut(d: &DTree, budget: u64) -> Result<Option<Arc<[u8]>>> {
+    let run = d.run.run()?;
+    let p = Purpose::Merge;
+    let before = match &d.live_start {
+        Some(s) => {
+            let (entries, bytes) = run.rank_bytes(s, p)?;
+            units(entries, bytes)
+        }
+        None => 0,
+    };
+    let Some(last) = run.key_at_weight(before.saturating_add(budget.max(1)), units, p)? else {
+        return Ok(None);
+    };
+    let mut past = run.iter_with_readahead(Bound::Excluded(last), Bound::Unbounded, false, p, 1);
+    Ok(past.next().transpose()?.map(|e| e.key))
+}
+
+/// `hi` lowered to exclude `cut` and everything past it.
+fn below_cut(hi: Bound<Vec<u8>>, cut: Option<&[u8]>) -> Bound<Vec<u8>> {
+    let Some(c) = cut else {
+        return hi;
+    };
+    match hi {
+        Bound::Unbounded => Bound::Excluded(c.to_vec()),
+        Bound::Excluded(h) | Bound::Included(h) if c <= h.as_slice() => Bound::Excluded(c.to_vec()),
+        hi => hi,
+    }
+}
+
+impl Batch {
+    fn claim(&self) -> Claim {
+        let mut busy = None;
+        for p in &self.parts {
+            match p.state.try_lock().as_deref() {
+                Some(PartState::Merging(_)) => return Claim::Part(p.clone()),
+                Some(PartState::Built(_)) => {}
+                Some(PartState::Dropped) => return Claim::Failed,
+                None => {
+                    busy.get_or_insert_with(|| p.clone());
+                }
+            }
+        }
+        // Every part still merging is being stepped: wait for one (stepping it next).
+        busy.map_or(Claim::Built, Claim::Part)
+    }
 }
 
 /// A job: draining one frozen memtable (or finishing a job found in the manifest on open).
@@ -153,6 +278,8 @@ struct Job {
     /// Where the job is after the root's drain.
     cursor: Cursor,
     pipe: Option<(Pipe, StepKind)>,
+    /// A flush's children merges in progress (never at the same time as `pipe`).
+    batch: Option<Batch>,
     /// Bound of the work left when it was last computed, and the work done since.
     bound: u64,
     done_since: u64,
@@ -227,6 +354,7 @@ impl NbTree {
             }),
             committer: Committer::default(),
             counters: Counters::default(),
+            stepping: AtomicU64::new(0),
         };
         if let Some(cursor) = cursor {
             let v = tree.version();
@@ -237,6 +365,7 @@ impl NbTree {
                 root: None,
                 cursor,
                 pipe: None,
+                batch: None,
                 bound,
                 done_since: 0,
                 observed: v.observed,
@@ -311,11 +440,7 @@ impl Tree {
                     receivers.push(i);
                 }
             }
-            RootPhase::Flush {
-                receivers,
-                next: 0,
-                built: Vec::new(),
-            }
+            RootPhase::Flush { receivers }
         };
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(Job {
@@ -326,6 +451,7 @@ impl Tree {
                 phase: Phase::Splits,
             },
             pipe: None,
+            batch: None,
             bound,
             done_since: 0,
             observed: v.observed,
@@ -333,14 +459,41 @@ impl Tree {
         })
     }
 
-    /// Advances the job by about `budget` units (one key past it, plus the finish and commit of
-    /// a step that ends inside the budget); returns whether the job is finished.
-    fn run_job(&self, job: &mut Job, budget: u64, done: &mut u64) -> Result<bool> {
+    /// Advances the job in `slot` by about `budget` units (one key past it, plus the finish and
+    /// commit of a step that ends inside the budget; in a batch, of the part this caller steps,
+    /// with the job's lock released meanwhile so that other callers step other parts); clears
+    /// the slot when the job is finished.
+    fn run_job(
+        &self,
+        slot: &mut MutexGuard<'_, Option<Job>>,
+        budget: u64,
+        done: &mut u64,
+    ) -> Result<()> {
         loop {
-            if job.pipe.is_none() && !self.next_step(job)? {
-                return Ok(true);
-            }
-            if let Some((pipe, _)) = job.pipe.as_mut() {
+            let Some(job) = slot.as_mut() else {
+                // Another caller finished the job while this one stepped a part.
+                return Ok(());
+            };
+            if let Some(batch) = &job.batch {
+                match batch.claim() {
+                    Claim::Built => self.complete_batch(job)?,
+                    Claim::Failed => self.abort(job),
+                    Claim::Part(part) => {
+                        let b = budget.saturating_sub(*done).max(1);
+                        let did = MutexGuard::unlocked(slot, || self.step_part(&part, b))?;
+                        *done += did;
+                        // Work counts against the bound while the batch it belongs to is the
+                        // job's (a commit since has computed a fresh bound).
+                        if let Some(job) = slot.as_mut().filter(|j| {
+                            j.batch
+                                .as_ref()
+                                .is_some_and(|b| b.parts.iter().any(|p| Arc::ptr_eq(p, &part)))
+                        }) {
+                            job.done_since += did;
+                        }
+                    }
+                }
+            } else if let Some((pipe, _)) = job.pipe.as_mut() {
                 let before = pipe.units();
                 let ended = pipe.step(budget.saturating_sub(*done).max(1))?;
                 let did = pipe.units() - before;
@@ -349,11 +502,45 @@ impl Tree {
                 if ended {
                     self.complete(job)?;
                 }
+            } else if !self.next_step(job)? {
+                **slot = None;
+                self.counters.jobs.fetch_add(1, Ordering::Relaxed);
+                self.debt.store(0, Ordering::Release);
+                return Ok(());
             }
             if *done >= budget {
-                return Ok(false);
+                if let Some(job) = slot.as_ref() {
+                    self.debt.store(job.debt(), Ordering::Release);
+                }
+                return Ok(());
             }
         }
+    }
+
+    /// Steps one part of a batch by about `budget` units, outside the job's lock; a part whose
+    /// merge ends is finished into its d-tree here too. Returns the units done (0: another
+    /// caller finished the part meanwhile).
+    fn step_part(&self, part: &Part, budget: u64) -> Result<u64> {
+        let mut st = part.state.lock();
+        let PartState::Merging(pipe) = &mut *st else {
+            return Ok(0);
+        };
+        let _stepping = Stepping::enter(&self.stepping, &self.counters.parallel_steps);
+        let before = pipe.units();
+        let r = pipe.step(budget);
+        let did = pipe.units() - before;
+        match r {
+            Ok(false) => return Ok(did),
+            Ok(true) => {}
+            Err(e) => {
+                *st = PartState::Dropped;
+                return Err(e);
+            }
+        }
+        if let PartState::Merging(pipe) = std::mem::replace(&mut *st, PartState::Dropped) {
+            *st = PartState::Built(Box::new(self.finish_pipe(*pipe)?));
+        }
+        Ok(did)
     }
 
     /// Sets up the job's next pipe, or commits a step that needs no I/O (leaving no pipe);
@@ -361,7 +548,7 @@ impl Tree {
     fn next_step(&self, job: &mut Job) -> Result<bool> {
         let v = self.version();
         let read = Arc::new(AtomicU64::new(0));
-        if let Some(rp) = &mut job.root {
+        if let Some(rp) = &job.root {
             let Some(mem) = job.mem.clone() else {
                 return Err(Error::corruption(
                     "nbtree job",
@@ -381,10 +568,10 @@ impl Tree {
                     let p = self.pipe(sources, read, true, Route::One, Purpose::Flush);
                     job.pipe = Some((p, StepKind::RootAbsorb));
                 }
-                RootPhase::Flush {
-                    receivers, next, ..
-                } => {
-                    if let Some(&child) = receivers.get(*next) {
+                RootPhase::Flush { receivers } => {
+                    let mut parts = Vec::with_capacity(receivers.len());
+                    for &child in receivers {
+                        let read = Arc::new(AtomicU64::new(0));
                         let c = &v.root.children[child];
                         let (lo, hi) = child_bounds(&v.root.keys, child);
                         let mut sources =
@@ -394,9 +581,15 @@ impl Tree {
                                 .push(self.counted(live_iter(d, lo, hi, Purpose::Merge)?, &read));
                         }
                         let p = self.pipe(sources, read, c.is_leaf(), Route::One, Purpose::Flush);
-                        job.pipe = Some((p, StepKind::RootChild { child }));
+                        parts.push(Part::new(child, None, p));
+                    }
+                    if parts.is_empty() {
+                        self.commit_root_flush(job, Vec::new())?;
                     } else {
-                        self.commit_root_flush(job)?;
+                        job.batch = Some(Batch {
+                            kind: BatchKind::Root,
+                            parts,
+                        });
                     }
                 }
             }
@@ -444,54 +637,74 @@ impl Tree {
                     self.counters.flushes.fetch_add(1, Ordering::Relaxed);
                     self.counters.deep_flushes.fetch_add(1, Ordering::Relaxed);
                 }
-                // The first child from `child` on whose interval holds live entries of the node.
+                // Every child from `child` on whose interval holds live entries of the node
+                // below the cut receives them, each in a merge of its own.
+                let cut = flush_cut(d, target.saturating_sub(moved))?;
+                let mut parts = Vec::new();
                 for j in child..node.children.len() {
                     let (lo, hi) = child_bounds(&node.keys, j);
-                    let mut parent =
-                        live_iter(d, lo.clone(), hi.clone(), Purpose::Merge)?.peekable();
+                    if let (Some(c), Bound::Included(l)) = (&cut, &lo) {
+                        if l[..] >= c[..] {
+                            break;
+                        }
+                    }
+                    let below = below_cut(hi.clone(), cut.as_deref());
+                    let mut parent = live_iter(d, lo.clone(), below, Purpose::Merge)?.peekable();
                     if parent.peek().is_none() {
                         continue;
                     }
+                    let read = Arc::new(AtomicU64::new(0));
                     let c = &node.children[j];
-                    let cut = Arc::new(Mutex::new(CutState::with_budget(
-                        target.saturating_sub(moved),
-                    )));
-                    let mut sources = vec![self.counted(Cut::new(parent, cut.clone()), &read)];
+                    // The cut is known: the parent's side only counts what it moves.
+                    let moved = Arc::new(Mutex::new(CutState::with_budget(u64::MAX)));
+                    let mut sources = vec![self.counted(Cut::new(parent, moved.clone()), &read)];
                     if let Some(cd) = &c.dtree {
                         sources.push(self.counted(live_iter(cd, lo, hi, Purpose::Merge)?, &read));
                     }
                     let p = self.pipe(sources, read, c.is_leaf(), Route::One, Purpose::Merge);
-                    job.pipe = Some((p, StepKind::FlushChild { child: j, cut }));
-                    return Ok(true);
+                    parts.push(Part::new(j, Some(moved), p));
                 }
-                Err(Error::corruption(
-                    "nbtree",
-                    None,
-                    format!(
-                        "s-node {path:?} records {} live entries but none lie at or after child {child}",
-                        d.live_entries
-                    ),
-                ))
+                if parts.is_empty() {
+                    return Err(Error::corruption(
+                        "nbtree",
+                        None,
+                        format!(
+                            "s-node {path:?} records {} live entries but none lie at or after child {child}",
+                            d.live_entries
+                        ),
+                    ));
+                }
+                job.batch = Some(Batch {
+                    kind: BatchKind::Flush { cut },
+                    parts,
+                });
+                Ok(true)
             }
             Action::SplitLeaf { child } => {
-                let c = &node.children[child];
-                let Some(d) = &c.dtree else {
-                    return Err(Error::corruption(
-                        "nbtree job",
-                        None,
-                        "split of an empty leaf",
-                    ));
-                };
-                let it = live_iter(d, Bound::Unbounded, Bound::Unbounded, Purpose::Merge)?;
-                let sources = vec![self.counted(it, &read)];
-                let p = self.pipe(
-                    sources,
-                    read,
-                    true,
-                    Route::Half(d.live_units()),
-                    Purpose::Merge,
-                );
-                job.pipe = Some((p, StepKind::SplitLeaf { child }));
+                // Every oversized leaf from `child` on splits once, each in a part of its own.
+                let mut parts = Vec::new();
+                for (j, c) in node.children.iter().enumerate().skip(child) {
+                    if !c.is_leaf() || !leaf_oversized(c, self.shape.sigma) {
+                        continue;
+                    }
+                    let Some(d) = &c.dtree else {
+                        return Err(Error::corruption(
+                            "nbtree job",
+                            None,
+                            "split of an empty leaf",
+                        ));
+                    };
+                    let read = Arc::new(AtomicU64::new(0));
+                    let it = live_iter(d, Bound::Unbounded, Bound::Unbounded, Purpose::Merge)?;
+                    let sources = vec![self.counted(it, &read)];
+                    let route = Route::Half(d.live_units());
+                    let p = self.pipe(sources, read, true, route, Purpose::Merge);
+                    parts.push(Part::new(j, None, p));
+                }
+                job.batch = Some(Batch {
+                    kind: BatchKind::LeafSplits,
+                    parts,
+                });
                 Ok(true)
             }
             Action::SplitNode => {
@@ -527,6 +740,19 @@ impl Tree {
         let Some((pipe, kind)) = job.pipe.take() else {
             return Ok(());
         };
+        let out = self.finish_pipe(pipe)?;
+        job.observed.max_group = job.observed.max_group.max(out.max_group);
+        let v = self.version();
+        let r = self.apply(job, &v, kind, out);
+        if r.is_err() {
+            // Nothing of the step is committed: the next call starts it again.
+            self.abort(job);
+        }
+        r
+    }
+
+    /// Finishes a pipe's d-trees (index levels, filter, header), counting its work.
+    fn finish_pipe(&self, pipe: Pipe) -> Result<Outcome> {
         self.counters
             .units_moved
             .fetch_add(pipe.units(), Ordering::Relaxed);
@@ -539,14 +765,144 @@ impl Tree {
         self.counters
             .finish_pages
             .fetch_add(finished, Ordering::Relaxed);
-        job.observed.max_group = job.observed.max_group.max(out.max_group);
-        let v = self.version();
-        let r = self.apply(job, &v, kind, out);
+        Ok(out)
+    }
+
+    /// Commits a batch whose parts are all built; on failure, gives their d-trees back and
+    /// leaves the job to start the batch again.
+    fn complete_batch(&self, job: &mut Job) -> Result<()> {
+        let Some(batch) = job.batch.take() else {
+            return Ok(());
+        };
+        let mut built = Vec::with_capacity(batch.parts.len());
+        let mut runs = Vec::new();
+        for p in &batch.parts {
+            let st = std::mem::replace(&mut *p.state.lock(), PartState::Dropped);
+            if let PartState::Built(out) = st {
+                job.observed.max_group = job.observed.max_group.max(out.max_group);
+                runs.extend(
+                    [&out.left, &out.right]
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|r| r.extents().to_vec()),
+                );
+                built.push((p.child, *out, p.moved.clone()));
+            }
+        }
+        let r = if built.len() != batch.parts.len() {
+            Err(Error::corruption(
+                "nbtree job",
+                None,
+                "a batch committed with a part not built",
+            ))
+        } else {
+            self.counters
+                .child_merges
+                .fetch_add(built.len() as u64, Ordering::Relaxed);
+            match batch.kind {
+                BatchKind::Root => {
+                    let built = built.into_iter().map(|(c, out, _)| (c, out.left)).collect();
+                    self.commit_root_flush(job, built)
+                }
+                BatchKind::Flush { cut } => self.commit_flush(job, cut, built),
+                BatchKind::LeafSplits => {
+                    let built = built.into_iter().map(|(c, out, _)| (c, out)).collect();
+                    self.commit_leaf_splits(job, built)
+                }
+            }
+        };
         if r.is_err() {
-            // Nothing of the step is committed: the next call starts it again.
-            self.abort(job);
+            for e in runs {
+                self.ctx.store.alloc().release(e);
+            }
         }
         r
+    }
+
+    /// A deep flush's commit: each receiving child's new d-tree, and the node's live part
+    /// starting at `cut` (its d-tree dropped when everything moved down).
+    fn commit_flush(
+        &self,
+        job: &mut Job,
+        cut: Option<Arc<[u8]>>,
+        built: Vec<BuiltPart>,
+    ) -> Result<()> {
+        let v = self.version();
+        let path = job.cursor.path.clone();
+        let node = node_at(&v.root, &path)
+            .ok_or_else(|| Error::corruption("nbtree job", None, "flushed node vanished"))?;
+        let Some(d) = &node.dtree else {
+            return Err(Error::corruption(
+                "nbtree job",
+                None,
+                "flush of an empty d-tree",
+            ));
+        };
+        let mut n = (**node).clone();
+        let mut retired = Vec::new();
+        let (mut moved_units, mut moved_entries, mut moved_bytes) = (0u64, 0u64, 0u64);
+        for (child, out, moved) in built {
+            if let Some(m) = moved {
+                let st = m.lock();
+                moved_units += st.moved_units;
+                moved_entries += st.moved_entries;
+                moved_bytes += st.moved_bytes;
+                job.observed.max_group = job.observed.max_group.max(st.max_group);
+            }
+            let old = &node.children[child];
+            retired.extend(old.dtree.iter().map(|d| d.run.clone()));
+            if let Some(r) = out.right {
+                job::release(&self.ctx.store, &r);
+            }
+            n.children[child] = Arc::new(SNode {
+                dtree: leaf_with(out.left).dtree,
+                ..(**old).clone()
+            });
+        }
+        let live_entries = d.live_entries.checked_sub(moved_entries);
+        let live_bytes = d.live_bytes.checked_sub(moved_bytes);
+        let (Some(live_entries), Some(live_bytes)) = (live_entries, live_bytes) else {
+            return Err(Error::corruption(
+                "nbtree",
+                None,
+                format!("s-node {path:?} moved more than its live part"),
+            ));
+        };
+        if live_entries == 0 || cut.is_none() {
+            if live_entries != 0 {
+                return Err(Error::corruption(
+                    "nbtree",
+                    None,
+                    format!("s-node {path:?}: {live_entries} live entries past its last child"),
+                ));
+            }
+            // Everything moved down: the whole d-tree is stale.
+            retired.push(d.run.clone());
+            n.dtree = None;
+            self.counters.stale_dropped.fetch_add(1, Ordering::Relaxed);
+        } else {
+            n.dtree = Some(DTree {
+                run: d.run.clone(),
+                live_start: cut,
+                live_entries,
+                live_bytes,
+            });
+        }
+        let mut cursor = job.cursor.clone();
+        if let Phase::Flush { moved, .. } = &mut cursor.phase {
+            *moved += moved_units;
+            job.observed.max_sent = job.observed.max_sent.max(*moved);
+        }
+        let root = replace_at(&v.root, &path, n)?;
+        self.commit(
+            job,
+            Change {
+                root,
+                retired,
+                durable_seq: None,
+                cursor,
+            },
+        )
     }
 
     fn apply(&self, job: &mut Job, v: &Arc<Version>, kind: StepKind, out: Outcome) -> Result<()> {
@@ -573,135 +929,54 @@ impl Tree {
                 job.mem = None;
                 Ok(())
             }
-            StepKind::RootChild { child } => {
-                self.counters.child_merges.fetch_add(1, Ordering::Relaxed);
-                if let Some(RootPhase::Flush { next, built, .. }) = &mut job.root {
-                    built.push((child, out.left));
-                    *next += 1;
-                }
-                Ok(())
-            }
-            StepKind::FlushChild { child, cut } => {
-                self.counters.child_merges.fetch_add(1, Ordering::Relaxed);
-                let path = job.cursor.path.clone();
-                let node = node_at(&v.root, &path).ok_or_else(|| {
-                    Error::corruption("nbtree job", None, "flushed node vanished")
-                })?;
-                let st = cut.lock();
-                job.observed.max_group = job.observed.max_group.max(st.max_group);
-                let mut n = (**node).clone();
-                let mut retired = Vec::new();
-                let old_child = &node.children[child];
-                retired.extend(old_child.dtree.iter().map(|d| d.run.clone()));
-                let leaf = leaf_with(out.left);
-                n.children[child] = Arc::new(SNode {
-                    dtree: leaf.dtree,
-                    ..(**old_child).clone()
-                });
-                let Some(d) = &node.dtree else {
-                    return Err(Error::corruption(
-                        "nbtree job",
-                        None,
-                        "flush of an empty d-tree",
-                    ));
-                };
-                let live_entries = d.live_entries.checked_sub(st.moved_entries);
-                let live_bytes = d.live_bytes.checked_sub(st.moved_bytes);
-                let (Some(live_entries), Some(live_bytes)) = (live_entries, live_bytes) else {
-                    return Err(Error::corruption(
-                        "nbtree",
-                        None,
-                        format!("s-node {path:?} moved more than its live part"),
-                    ));
-                };
-                let live_start = st.cut.clone().or_else(|| node.keys.get(child).cloned());
-                if live_entries == 0 || live_start.is_none() {
-                    if live_entries != 0 {
-                        return Err(Error::corruption(
-                            "nbtree",
-                            None,
-                            format!(
-                                "s-node {path:?}: {live_entries} live entries past its last child"
-                            ),
-                        ));
-                    }
-                    // Everything moved down: the whole d-tree is stale.
-                    retired.push(d.run.clone());
-                    n.dtree = None;
-                    self.counters.stale_dropped.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    n.dtree = Some(DTree {
-                        run: d.run.clone(),
-                        live_start,
-                        live_entries,
-                        live_bytes,
-                    });
-                }
-                let mut cursor = job.cursor.clone();
-                if let Phase::Flush { moved, .. } = &mut cursor.phase {
-                    *moved += st.moved_units;
-                    job.observed.max_sent = job.observed.max_sent.max(*moved);
-                }
-                drop(st);
-                let root = replace_at(&v.root, &path, n)?;
-                self.commit(
-                    job,
-                    Change {
-                        root,
-                        retired,
-                        durable_seq: None,
-                        cursor,
-                    },
-                )
-            }
-            StepKind::SplitLeaf { child } => {
-                let path = job.cursor.path.clone();
-                let node = node_at(&v.root, &path).ok_or_else(|| {
-                    Error::corruption("nbtree job", None, "split parent vanished")
-                })?;
-                let mut n = (**node).clone();
-                let retired: Vec<_> = node.children[child]
-                    .dtree
-                    .iter()
-                    .map(|d| d.run.clone())
-                    .collect();
-                let left = leaf_with(out.left);
-                // The next leaf to look at: past this one, or past both its halves.
-                let mut next = child + 1;
-                match (out.right, out.split_key) {
-                    (Some(right), Some(key)) => {
-                        let right = leaf_with(Some(right));
-                        n.children[child] = Arc::new(left);
-                        n.children.insert(child + 1, Arc::new(right));
-                        n.keys.insert(child, key);
-                        next += 1;
-                        self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
-                    }
-                    (right, _) => {
-                        if let Some(r) = right {
-                            job::release(&self.ctx.store, &r);
-                        }
-                        // Compaction shrank it to one d-tree.
-                        n.children[child] = Arc::new(left);
-                    }
-                }
-                let root = replace_at(&v.root, &path, n)?;
-                let cursor = Cursor {
-                    path,
-                    phase: Phase::LeafSplits { next: next as u32 },
-                };
-                self.commit(
-                    job,
-                    Change {
-                        root,
-                        retired,
-                        durable_seq: None,
-                        cursor,
-                    },
-                )
-            }
             StepKind::SplitNode => self.complete_split_node(job, v, out),
         }
+    }
+
+    /// The leaf splits' commit: each split leaf replaced by its halves (or, when compaction
+    /// shrank it to one d-tree, by that one); the job goes on past the last leaf.
+    fn commit_leaf_splits(&self, job: &mut Job, built: Vec<(usize, Outcome)>) -> Result<()> {
+        let v = self.version();
+        let path = job.cursor.path.clone();
+        let node = node_at(&v.root, &path)
+            .ok_or_else(|| Error::corruption("nbtree job", None, "split parent vanished"))?;
+        let mut n = (**node).clone();
+        let mut retired = Vec::new();
+        // From the right, so that the positions of the leaves still to replace do not move.
+        for (child, out) in built.into_iter().rev() {
+            retired.extend(node.children[child].dtree.iter().map(|d| d.run.clone()));
+            let left = leaf_with(out.left);
+            match (out.right, out.split_key) {
+                (Some(right), Some(key)) => {
+                    n.children[child] = Arc::new(left);
+                    n.children
+                        .insert(child + 1, Arc::new(leaf_with(Some(right))));
+                    n.keys.insert(child, key);
+                    self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
+                }
+                (right, _) => {
+                    if let Some(r) = right {
+                        job::release(&self.ctx.store, &r);
+                    }
+                    // Compaction shrank it to one d-tree.
+                    n.children[child] = Arc::new(left);
+                }
+            }
+        }
+        let next = n.children.len() as u32;
+        let root = replace_at(&v.root, &path, n)?;
+        self.commit(
+            job,
+            Change {
+                root,
+                retired,
+                durable_seq: None,
+                cursor: Cursor {
+                    path,
+                    phase: Phase::LeafSplits { next },
+                },
+            },
+        )
     }
 
     /// Splits the node at the cursor's path in two (the root: under a new root), its d-tree
@@ -789,11 +1064,8 @@ impl Tree {
 
     /// The root's drain: every receiving child's new d-tree and the durable sequence number in
     /// one commit.
-    fn commit_root_flush(&self, job: &mut Job) -> Result<()> {
+    fn commit_root_flush(&self, job: &mut Job, built: Vec<(usize, Option<Run>)>) -> Result<()> {
         let v = self.version();
-        let Some(RootPhase::Flush { built, .. }) = job.root.take() else {
-            return Ok(());
-        };
         let mem = job.mem.clone();
         let z = mem.as_ref().map_or(0, |m| m.bytes());
         job.observed.max_sent = job.observed.max_sent.max(z);
@@ -808,7 +1080,9 @@ impl Tree {
                 ..(**old).clone()
             });
         }
-        self.commit(
+        // Past the root's drain (the commit computes the bound of the rest from here on).
+        let phase = job.root.take();
+        let r = self.commit(
             job,
             Change {
                 root: Arc::new(root),
@@ -819,7 +1093,11 @@ impl Tree {
                     phase: Phase::AfterFlush { sent: z },
                 },
             },
-        )?;
+        );
+        if r.is_err() {
+            job.root = phase;
+            return r;
+        }
         job.mem = None;
         Ok(())
     }
@@ -882,13 +1160,17 @@ impl Tree {
     /// from its last commit.
     fn abort(&self, job: &mut Job) {
         job.pipe = None;
-        if let Some(RootPhase::Flush { built, next, .. }) = &mut job.root {
-            for (_, run) in built.drain(..) {
-                if let Some(r) = run {
-                    job::release(&self.ctx.store, &r);
+        if let Some(batch) = job.batch.take() {
+            for p in &batch.parts {
+                // A caller stepping the part holds it until its step ends (it does not wait
+                // for the job's lock meanwhile).
+                let st = std::mem::replace(&mut *p.state.lock(), PartState::Dropped);
+                if let PartState::Built(out) = st {
+                    for r in [out.left, out.right].into_iter().flatten() {
+                        job::release(&self.ctx.store, &r);
+                    }
                 }
             }
-            *next = 0;
         }
     }
 
@@ -1019,24 +1301,15 @@ impl Index for NbTree {
             };
             *slot = Some(self.start_job(mem, bound)?);
         }
-        let Some(job) = slot.as_mut() else {
-            return Ok(0);
-        };
         let pages_before = self.written_pages();
         let mut done = 0u64;
-        let r = self.run_job(job, budget.max(1), &mut done);
+        let r = self.run_job(&mut slot, budget.max(1), &mut done);
         self.note_call(done, self.written_pages().saturating_sub(pages_before));
-        match r {
-            Ok(true) => {
-                *slot = None;
-                self.counters.jobs.fetch_add(1, Ordering::Relaxed);
-                self.debt.store(0, Ordering::Release);
-            }
-            Ok(false) => self.debt.store(job.debt(), Ordering::Release),
-            Err(e) => {
+        if let Err(e) = r {
+            if let Some(job) = slot.as_mut() {
                 self.abort(job);
-                return Err(e);
             }
+            return Err(e);
         }
         Ok(done.max(1))
     }
@@ -1101,6 +1374,7 @@ impl Index for NbTree {
             ("flushes", &c.flushes),
             ("deep_flushes", &c.deep_flushes),
             ("child_merges", &c.child_merges),
+            ("parallel_steps", &c.parallel_steps),
             ("leaf_splits", &c.leaf_splits),
             ("node_splits", &c.node_splits),
             ("root_splits", &c.root_splits),

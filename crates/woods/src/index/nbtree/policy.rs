@@ -8,9 +8,11 @@
 //! AfterFlush:   children are leaves  -> LeafSplits
 //!               else C* = argmax live |C| (ties: leftmost); |C*| > σ -> Flush(C*)
 //!               else                 -> Splits
-//! Flush(N):     move N's smallest live entries into its children, one child per step, until
-//!               `target` units moved (lazy removal: N's live-start pointer advances)
-//! LeafSplits:   split each leaf child of N holding more than σ, one per step, each once
+//! Flush(N):     move N's smallest live entries, `target` units, into its children: one merge
+//!               per receiving child, in parallel, one commit (lazy removal: N's live-start
+//!               pointer advances)
+//! LeafSplits:   split each leaf child of N holding more than σ, each once: one split per
+//!               leaf, in parallel, one commit
 //! Splits:       up the path: split each node with more than f children (the root: a new root)
 //! ```
 
