@@ -893,16 +893,7 @@ impl Tree {
             *moved += moved_units;
             job.observed.max_sent = job.observed.max_sent.max(*moved);
         }
-        let root = replace_at(&v.root, &path, n)?;
-        self.commit(
-            job,
-            Change {
-                root,
-                retired,
-                durable_seq: None,
-                cursor,
-            },
-        )
+        self.commit_node(job, &v, n, retired, cursor)
     }
 
     fn apply(&self, job: &mut Job, v: &Arc<Version>, kind: StepKind, out: Outcome) -> Result<()> {
@@ -964,17 +955,30 @@ impl Tree {
             }
         }
         let next = n.children.len() as u32;
-        let root = replace_at(&v.root, &path, n)?;
+        let cursor = Cursor {
+            path,
+            phase: Phase::LeafSplits { next },
+        };
+        self.commit_node(job, &v, n, retired, cursor)
+    }
+
+    /// Commits `n` in place of the node at the cursor's path of `v`.
+    fn commit_node(
+        &self,
+        job: &mut Job,
+        v: &Version,
+        n: SNode,
+        retired: Vec<Arc<LazyRun>>,
+        cursor: Cursor,
+    ) -> Result<()> {
+        let root = replace_at(&v.root, &job.cursor.path, n)?;
         self.commit(
             job,
             Change {
                 root,
                 retired,
                 durable_seq: None,
-                cursor: Cursor {
-                    path,
-                    phase: Phase::LeafSplits { next },
-                },
+                cursor,
             },
         )
     }
