@@ -782,17 +782,25 @@ impl Run {
         };
         let mut before = 0u64;
         let root_is_leaf = node.level == 0;
+        let mut at_root = true;
         'descend: while node.level > 0 {
             for j in 0..node.count {
                 let it = node.index(j)?;
                 let w = before.saturating_add(weight(it.entries, it.bytes));
                 if w >= target {
                     node = self.child_node(&node, j, purpose)?;
+                    at_root = false;
                     continue 'descend;
                 }
                 before = w;
             }
-            return Ok(None);
+            if at_root {
+                return Ok(None);
+            }
+            return Err(corrupt(
+                node.page,
+                "the page's subtrees weigh less than its parent's subtree totals say",
+            ));
         }
         for j in 0..node.count {
             let d = node.data(j)?;

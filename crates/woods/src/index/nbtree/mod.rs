@@ -39,7 +39,7 @@ pub mod version;
 mod tests;
 
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
@@ -167,6 +167,9 @@ struct Part {
     moved: Option<Arc<Mutex<CutState>>>,
     /// Locked by the caller stepping it, never while that caller waits for the job's lock.
     state: Mutex<PartState>,
+    /// Set (under the job's lock) by the caller that claimed the part until its step ends, so
+    /// that a second caller takes another part rather than wait for this one.
+    claimed: AtomicBool,
 }
 
 enum PartState {
@@ -182,8 +185,9 @@ type BuiltPart = (usize, Outcome, Option<Arc<Mutex<CutState>>>);
 
 /// What a `work` caller takes up next in a batch.
 enum Claim {
-    /// A part still merging: one nobody steps now if there is one.
-    Part(Arc<Part>),
+    /// A part still merging: one nobody has claimed if there is one (`true`: this caller
+    /// claimed it, and gives it up after its step).
+    Part(Arc<Part>, bool),
     /// Every part is built: the batch can commit.
     Built,
     /// A part failed: the batch must start again.
@@ -214,6 +218,7 @@ impl Part {
             child,
             moved,
             state: Mutex::new(PartState::Merging(Box::new(pipe))),
+            claimed: AtomicBool::new(false),
         })
     }
 }
@@ -240,6 +245,26 @@ fn flush_cut(d: &DTree, budget: u64) -> Result<Option<Arc<[u8]>>> {
     Ok(past.next().transpose()?.map(|e| e.key))
 }
 
+/// Whether the live part of `d` may hold entries in [lo, hi): exact for the bounds flushes use
+/// (an inclusive lower and an exclusive upper key), from two descents of its index.
+fn holds_live(d: &DTree, lo: Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Result<bool> {
+    let run = d.run.run()?;
+    let p = Purpose::Merge;
+    let below = |k: &[u8]| -> Result<u64> { Ok(run.rank_bytes(k, p)?.0) };
+    let first = match d.live_lo(lo) {
+        Bound::Unbounded => 0,
+        // An exclusive lower bound counts its key's entries in: at worst a part merges a
+        // child with nothing.
+        Bound::Included(k) | Bound::Excluded(k) => below(&k)?,
+    };
+    let end = match hi {
+        Bound::Unbounded => run.meta().entries,
+        Bound::Excluded(k) => below(k)?,
+        Bound::Included(_) => return Ok(true),
+    };
+    Ok(end > first)
+}
+
 /// `hi` lowered to exclude `cut` and everything past it.
 fn below_cut(hi: Bound<Vec<u8>>, cut: Option<&[u8]>) -> Bound<Vec<u8>> {
     let Some(c) = cut else {
@@ -253,20 +278,28 @@ fn below_cut(hi: Bound<Vec<u8>>, cut: Option<&[u8]>) -> Bound<Vec<u8>> {
 }
 
 impl Batch {
+    /// Called under the job's lock.
     fn claim(&self) -> Claim {
         let mut busy = None;
         for p in &self.parts {
             match p.state.try_lock().as_deref() {
-                Some(PartState::Merging(_)) => return Claim::Part(p.clone()),
-                Some(PartState::Built(_)) => {}
-                Some(PartState::Dropped) => return Claim::Failed,
-                None => {
+                Some(PartState::Merging(_)) if !p.claimed.load(Ordering::Relaxed) => {
+                    p.claimed.store(true, Ordering::Relaxed);
+                    return Claim::Part(p.clone(), true);
+                }
+                Some(PartState::Merging(_)) | None => {
                     busy.get_or_insert_with(|| p.clone());
                 }
+                Some(PartState::Built(_)) => {}
+                Some(PartState::Dropped) => return Claim::Failed,
             }
         }
-        // Every part still merging is being stepped: wait for one (stepping it next).
-        busy.map_or(Claim::Built, Claim::Part)
+        // Every part still merging is claimed: wait for one (stepping it next).
+        busy.map_or(Claim::Built, |p| Claim::Part(p, false))
+    }
+
+    fn holds(&self, part: &Arc<Part>) -> bool {
+        self.parts.iter().any(|p| Arc::ptr_eq(p, part))
     }
 }
 
@@ -474,39 +507,71 @@ impl Tree {
                 // Another caller finished the job while this one stepped a part.
                 return Ok(());
             };
+            // Whatever fails, the job resumes from its last commit (the Db turns read-only
+            // on the error anyway): what the failed step built is given back.
             if let Some(batch) = &job.batch {
                 match batch.claim() {
-                    Claim::Built => self.complete_batch(job)?,
+                    Claim::Built => {
+                        if let Err(e) = self.complete_batch(job) {
+                            self.abort(job);
+                            return Err(e);
+                        }
+                    }
                     Claim::Failed => self.abort(job),
-                    Claim::Part(part) => {
+                    Claim::Part(part, claimed) => {
                         let b = budget.saturating_sub(*done).max(1);
-                        let did = MutexGuard::unlocked(slot, || self.step_part(&part, b))?;
-                        *done += did;
-                        // Work counts against the bound while the batch it belongs to is the
-                        // job's (a commit since has computed a fresh bound).
-                        if let Some(job) = slot.as_mut().filter(|j| {
-                            j.batch
-                                .as_ref()
-                                .is_some_and(|b| b.parts.iter().any(|p| Arc::ptr_eq(p, &part)))
-                        }) {
-                            job.done_since += did;
+                        let r = MutexGuard::unlocked(slot, || self.step_part(&part, b, claimed));
+                        // The batch the part belongs to may have been committed or aborted
+                        // meanwhile (another caller's step failed): then its work no longer
+                        // counts against the bound, and its failure aborts nothing newer.
+                        let current = slot
+                            .as_mut()
+                            .filter(|j| j.batch.as_ref().is_some_and(|b| b.holds(&part)));
+                        match (r, current) {
+                            (Ok(did), current) => {
+                                *done += did;
+                                if let Some(job) = current {
+                                    job.done_since += did;
+                                }
+                            }
+                            (Err(e), current) => {
+                                if let Some(job) = current {
+                                    self.abort(job);
+                                }
+                                return Err(e);
+                            }
                         }
                     }
                 }
             } else if let Some((pipe, _)) = job.pipe.as_mut() {
                 let before = pipe.units();
-                let ended = pipe.step(budget.saturating_sub(*done).max(1))?;
+                let r = pipe.step(budget.saturating_sub(*done).max(1));
                 let did = pipe.units() - before;
                 *done += did;
                 job.done_since += did;
-                if ended {
-                    self.complete(job)?;
+                let r = match r {
+                    Ok(true) => self.complete(job),
+                    Ok(false) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = r {
+                    self.abort(job);
+                    return Err(e);
                 }
-            } else if !self.next_step(job)? {
-                **slot = None;
-                self.counters.jobs.fetch_add(1, Ordering::Relaxed);
-                self.debt.store(0, Ordering::Release);
-                return Ok(());
+            } else {
+                match self.next_step(job) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        **slot = None;
+                        self.counters.jobs.fetch_add(1, Ordering::Relaxed);
+                        self.debt.store(0, Ordering::Release);
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        self.abort(job);
+                        return Err(e);
+                    }
+                }
             }
             if *done >= budget {
                 if let Some(job) = slot.as_ref() {
@@ -520,9 +585,17 @@ impl Tree {
     /// Steps one part of a batch by about `budget` units, outside the job's lock; a part whose
     /// merge ends is finished into its d-tree here too. Returns the units done (0: another
     /// caller finished the part meanwhile).
-    fn step_part(&self, part: &Part, budget: u64) -> Result<u64> {
+    fn step_part(&self, part: &Part, budget: u64, claimed: bool) -> Result<u64> {
         let mut st = part.state.lock();
-        let PartState::Merging(pipe) = &mut *st else {
+        let r = self.step_part_locked(&mut st, budget);
+        if claimed {
+            part.claimed.store(false, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn step_part_locked(&self, st: &mut PartState, budget: u64) -> Result<u64> {
+        let PartState::Merging(pipe) = st else {
             return Ok(0);
         };
         let _stepping = Stepping::enter(&self.stepping, &self.counters.parallel_steps);
@@ -537,7 +610,7 @@ impl Tree {
                 return Err(e);
             }
         }
-        if let PartState::Merging(pipe) = std::mem::replace(&mut *st, PartState::Dropped) {
+        if let PartState::Merging(pipe) = std::mem::replace(st, PartState::Dropped) {
             *st = PartState::Built(Box::new(self.finish_pipe(*pipe)?));
         }
         Ok(did)
@@ -649,10 +722,12 @@ impl Tree {
                         }
                     }
                     let below = below_cut(hi.clone(), cut.as_deref());
-                    let mut parent = live_iter(d, lo.clone(), below, Purpose::Merge)?.peekable();
-                    if parent.peek().is_none() {
+                    // Counted from the index, so that no part reads anything before its first
+                    // step (a part waiting for a caller holds no buffers).
+                    if !holds_live(d, lo.clone(), &below)? {
                         continue;
                     }
+                    let parent = live_iter(d, lo.clone(), below, Purpose::Merge)?;
                     let read = Arc::new(AtomicU64::new(0));
                     let c = &node.children[j];
                     // The cut is known: the parent's side only counts what it moves.
@@ -743,12 +818,9 @@ impl Tree {
         let out = self.finish_pipe(pipe)?;
         job.observed.max_group = job.observed.max_group.max(out.max_group);
         let v = self.version();
-        let r = self.apply(job, &v, kind, out);
-        if r.is_err() {
-            // Nothing of the step is committed: the next call starts it again.
-            self.abort(job);
-        }
-        r
+        // On failure nothing of the step is committed: the caller aborts, and the next call
+        // starts it again.
+        self.apply(job, &v, kind, out)
     }
 
     /// Finishes a pipe's d-trees (index levels, filter, header), counting its work.
@@ -851,9 +923,8 @@ impl Tree {
             }
             let old = &node.children[child];
             retired.extend(old.dtree.iter().map(|d| d.run.clone()));
-            if let Some(r) = out.right {
-                job::release(&self.ctx.store, &r);
-            }
+            // A merge into one child has no second output (`Route::One`); the batch gives
+            // back whatever it built if this commit fails.
             n.children[child] = Arc::new(SNode {
                 dtree: leaf_with(out.left).dtree,
                 ..(**old).clone()
@@ -946,10 +1017,9 @@ impl Tree {
                     self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
                 }
                 (right, _) => {
-                    if let Some(r) = right {
-                        job::release(&self.ctx.store, &r);
-                    }
-                    // Compaction shrank it to one d-tree.
+                    // Compaction shrank it to one d-tree (a right half without a split key
+                    // cannot be, and is given back with the batch's runs if it were).
+                    debug_assert!(right.is_none());
                     n.children[child] = Arc::new(left);
                 }
             }
@@ -1307,14 +1377,10 @@ impl Index for NbTree {
         }
         let pages_before = self.written_pages();
         let mut done = 0u64;
+        // (With several callers the pages count what they all wrote meanwhile: an upper bound.)
         let r = self.run_job(&mut slot, budget.max(1), &mut done);
         self.note_call(done, self.written_pages().saturating_sub(pages_before));
-        if let Err(e) = r {
-            if let Some(job) = slot.as_mut() {
-                self.abort(job);
-            }
-            return Err(e);
-        }
+        r?;
         Ok(done.max(1))
     }
 

@@ -1107,6 +1107,30 @@ fn flush_cut_is_where_an_ordered_flush_stops() {
             );
             assert!(st.cut.is_none() || st.moved_units >= budget);
         }
+        // Which children a flush merges is counted from the index the same way.
+        for _ in 0..30 {
+            let a = rng.gen_range(0..2 * n + 2);
+            let b = rng.gen_range(0..2 * n + 2);
+            let lo = if rng.gen_bool(0.2) {
+                Bound::Unbounded
+            } else {
+                Bound::Included(key(a.min(b)))
+            };
+            let hi = if rng.gen_bool(0.2) {
+                Bound::Unbounded
+            } else {
+                Bound::Excluded(key(a.max(b)))
+            };
+            let any = live_iter(&d, lo.clone(), hi.clone(), Purpose::Merge)
+                .unwrap()
+                .next()
+                .is_some();
+            assert_eq!(
+                holds_live(&d, lo.clone(), &hi).unwrap(),
+                any,
+                "{lo:?}..{hi:?}"
+            );
+        }
     }
 }
 
