@@ -981,12 +981,19 @@ fn db_pacing_finishes_every_job_before_the_next_freeze() {
 }
 
 /// Spec §6 item 17: readers running while jobs move data down never miss a present key (the
-/// child's d-tree is committed before the parent's pointer moves or the memtable goes).
+/// child's d-tree is committed before the parent's pointer moves or the memtable goes), with
+/// one background thread and with two (a flush's children merged in parallel).
 #[test]
 fn readers_during_jobs_never_miss_a_key() {
+    for threads in [1, 2] {
+        readers_during_jobs(threads);
+    }
+}
+
+fn readers_during_jobs(threads: usize) {
     use std::sync::atomic::AtomicBool;
     let dir = tempfile::tempdir().unwrap();
-    let db = Arc::new(crate::Db::open(dir.path(), db_options(1)).unwrap());
+    let db = Arc::new(crate::Db::open(dir.path(), db_options(threads)).unwrap());
     let written = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let k = |i: u64| key(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -1017,9 +1024,24 @@ fn readers_during_jobs_never_miss_a_key() {
     stop.store(true, Ordering::Relaxed);
     let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
     let s = db.stats();
-    println!("{reads} reads during {} jobs", s.index.counters["jobs"]);
+    println!(
+        "{threads} threads: {reads} reads during {} jobs, {} parallel steps",
+        s.index.counters["jobs"], s.index.counters["parallel_steps"]
+    );
     assert!(s.index.counters["jobs"] > 20 && reads > 1000);
     assert!(s.index.counters["deep_flushes"] > 0 && s.index.counters["leaf_splits"] > 0);
+    db.check().unwrap();
+    drop(db);
+    // What the jobs committed is what a reopen finds.
+    let db = crate::Db::open(dir.path(), db_options(threads)).unwrap();
+    for i in (0..60_000u64).step_by(7) {
+        assert_eq!(
+            db.get(k(i)).unwrap(),
+            Some(i.to_le_bytes().to_vec()),
+            "key {i} after reopen"
+        );
+    }
+    db.check().unwrap();
 }
 
 /// Spec §6 item 11: tiny and wide parameters (σ of 2, 7 and 64 entries; f of 3, 4 and 10)
