@@ -1,7 +1,7 @@
 //! The resumable parts of a job: a [`Pipe`] merges sorted sources into one or two new d-trees a
 //! key at a time, so that `work(budget)` can stop after any key and resume on the next call
-//! with the same builders and input iterators; a [`Cut`] ends a flush's input once it has
-//! moved its target; [`Counted`] counts what a pipe reads.
+//! with the same builders and input iterators; [`Moved`] counts what a deep flush moves into a
+//! child; [`Counted`] counts what a pipe reads.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,87 +45,53 @@ impl<I: Iterator<Item = Result<Entry>>> Iterator for Counted<I> {
     }
 }
 
-/// What a flush's input has moved so far, shared between its [`Cut`] (inside the pipe) and the
-/// job (which reads it when the child's merge is done).
+/// What the parent's side of a deep flush moved into one child, shared between its [`Moved`]
+/// iterator (inside the pipe) and the job (which reads it when the flush commits).
 #[derive(Default, Debug)]
-pub struct CutState {
-    /// Units still to move before the cut (the flush's target less what earlier children took).
-    pub budget: u64,
-    pub moved_units: u64,
-    pub moved_entries: u64,
-    pub moved_bytes: u64,
-    /// The first key left behind when the target was reached inside this child's interval.
-    pub cut: Option<Arc<[u8]>>,
+pub struct MovedState {
+    pub units: u64,
+    pub entries: u64,
+    pub bytes: u64,
     last_key: Option<Arc<[u8]>>,
     group_units: u64,
-    /// The largest key group moved (a cut can overshoot its target by one group).
+    /// The largest key group moved.
     pub max_group: u64,
 }
 
-/// The parent side of a flush into one child: the parent's live entries in the child's
-/// interval, ending at the first new key once the flush has moved its target (the σ smallest
-/// live entries, spec P4), so that all versions of a key move together.
-pub struct Cut<I: Iterator<Item = Result<Entry>>> {
-    inner: std::iter::Peekable<I>,
-    state: Arc<Mutex<CutState>>,
-    ended: bool,
+/// The parent side of a deep flush into one child: its live entries in the child's interval
+/// below the flush's cut (found beforehand, `flush_cut`, so that all versions of a key move
+/// together), counted into a [`MovedState`] as they pass.
+pub struct Moved<I> {
+    inner: I,
+    state: Arc<Mutex<MovedState>>,
 }
 
-impl CutState {
-    /// The state of a flush into one child that may move `budget` more units.
-    pub fn with_budget(budget: u64) -> Self {
-        CutState {
-            budget,
-            ..CutState::default()
-        }
+impl<I> Moved<I> {
+    pub fn new(inner: I, state: Arc<Mutex<MovedState>>) -> Self {
+        Moved { inner, state }
     }
 }
 
-impl<I: Iterator<Item = Result<Entry>>> Cut<I> {
-    pub fn new(inner: I, state: Arc<Mutex<CutState>>) -> Self {
-        Cut {
-            inner: inner.peekable(),
-            state,
-            ended: false,
-        }
-    }
-}
-
-impl<I: Iterator<Item = Result<Entry>>> Iterator for Cut<I> {
+impl<I: Iterator<Item = Result<Entry>>> Iterator for Moved<I> {
     type Item = Result<Entry>;
     fn next(&mut self) -> Option<Result<Entry>> {
-        if self.ended {
-            return None;
-        }
+        let r = self.inner.next();
         let mut st = self.state.lock();
-        match self.inner.peek() {
-            None => {
-                st.max_group = st.max_group.max(st.group_units);
-                self.ended = true;
-                return None;
-            }
-            Some(Err(_)) => return self.inner.next(),
+        match &r {
             Some(Ok(e)) => {
-                let new_key = st.last_key.as_ref().is_none_or(|k| **k != *e.key);
-                if new_key {
+                if st.last_key.as_ref().is_none_or(|k| **k != *e.key) {
                     st.max_group = st.max_group.max(st.group_units);
                     st.group_units = 0;
-                    if st.moved_units >= st.budget {
-                        st.cut = Some(e.key.clone());
-                        self.ended = true;
-                        return None;
-                    }
                     st.last_key = Some(e.key.clone());
                 }
+                let u = entry_units(e);
+                st.units += u;
+                st.entries += 1;
+                st.bytes += e.user_bytes() as u64;
+                st.group_units += u;
             }
-        }
-        let r = self.inner.next();
-        if let Some(Ok(e)) = &r {
-            let u = entry_units(e);
-            st.moved_units += u;
-            st.moved_entries += 1;
-            st.moved_bytes += e.user_bytes() as u64;
-            st.group_units += u;
+            None => st.max_group = st.max_group.max(st.group_units),
+            Some(Err(_)) => {}
         }
         r
     }

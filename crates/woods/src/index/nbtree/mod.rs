@@ -44,7 +44,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
-use self::job::{child_bounds, live_iter, Counted, Cut, CutState, Outcome, Pipe, Route};
+use self::job::{child_bounds, live_iter, Counted, Moved, MovedState, Outcome, Pipe, Route};
 use self::policy::{granule, job_bound, leaf_oversized, rest_bound, settle, Action, Shape};
 use self::version::{
     decode_meta, encode_meta, height_of, node_at, replace_at, units, Cursor, DTree, Observed,
@@ -164,7 +164,7 @@ enum BatchKind {
 struct Part {
     child: usize,
     /// What the parent's side moved (a deep flush).
-    moved: Option<Arc<Mutex<CutState>>>,
+    moved: Option<Arc<Mutex<MovedState>>>,
     /// Locked by the caller stepping it, never while that caller waits for the job's lock.
     state: Mutex<PartState>,
     /// Set (under the job's lock) by the caller that claimed the part until its step ends, so
@@ -181,7 +181,7 @@ enum PartState {
 
 /// A part's new d-tree(s), as its batch commits them: the child, and what the parent's side
 /// moved (a deep flush).
-type BuiltPart = (usize, Outcome, Option<Arc<Mutex<CutState>>>);
+type BuiltPart = (usize, Outcome, Option<Arc<Mutex<MovedState>>>);
 
 /// What a `work` caller takes up next in a batch.
 enum Claim {
@@ -213,7 +213,7 @@ impl Drop for Stepping<'_> {
 }
 
 impl Part {
-    fn new(child: usize, moved: Option<Arc<Mutex<CutState>>>, pipe: Pipe) -> Arc<Part> {
+    fn new(child: usize, moved: Option<Arc<Mutex<MovedState>>>, pipe: Pipe) -> Arc<Part> {
         Arc::new(Part {
             child,
             moved,
@@ -730,9 +730,8 @@ impl Tree {
                     let parent = live_iter(d, lo.clone(), below, Purpose::Merge)?;
                     let read = Arc::new(AtomicU64::new(0));
                     let c = &node.children[j];
-                    // The cut is known: the parent's side only counts what it moves.
-                    let moved = Arc::new(Mutex::new(CutState::with_budget(u64::MAX)));
-                    let mut sources = vec![self.counted(Cut::new(parent, moved.clone()), &read)];
+                    let moved = Arc::new(Mutex::new(MovedState::default()));
+                    let mut sources = vec![self.counted(Moved::new(parent, moved.clone()), &read)];
                     if let Some(cd) = &c.dtree {
                         sources.push(self.counted(live_iter(cd, lo, hi, Purpose::Merge)?, &read));
                     }
@@ -916,9 +915,9 @@ impl Tree {
         for (child, out, moved) in built {
             if let Some(m) = moved {
                 let st = m.lock();
-                moved_units += st.moved_units;
-                moved_entries += st.moved_entries;
-                moved_bytes += st.moved_bytes;
+                moved_units += st.units;
+                moved_entries += st.entries;
+                moved_bytes += st.bytes;
                 job.observed.max_group = job.observed.max_group.max(st.max_group);
             }
             let old = &node.children[child];
@@ -1074,15 +1073,7 @@ impl Tree {
                     if let Some(r) = right {
                         job::release(&self.ctx.store, &r);
                     }
-                    return self.commit(
-                        job,
-                        Change {
-                            root: replace_at(&v.root, &path, left)?,
-                            retired,
-                            durable_seq: None,
-                            cursor,
-                        },
-                    );
+                    return self.commit_node(job, v, left, retired, cursor);
                 }
             }
         } else {

@@ -1084,7 +1084,7 @@ fn tiny_and_wide_parameters_against_a_model() {
 }
 
 /// A flush's cut, found from the run's subtree totals before any child is merged, is where the
-/// flush moving the parent's live entries in order (the [`Cut`] of a sequential flush) stops:
+/// flush moving the parent's live entries in order (as the job did before it had the cut) stops:
 /// the same first key left behind and the target reached, whatever the live start, the entry
 /// sizes and the versions per key.
 #[test]
@@ -1115,19 +1115,35 @@ fn flush_cut_is_where_an_ordered_flush_stops() {
             .sum();
         for _ in 0..30 {
             let budget = rng.gen_range(1..total + 100);
-            let st = Arc::new(Mutex::new(CutState::with_budget(budget)));
-            let it = live_iter(&d, Bound::Unbounded, Bound::Unbounded, Purpose::Merge).unwrap();
-            let moved = Cut::new(it, st.clone()).count();
-            let st = st.lock();
-            assert_eq!(st.moved_entries, moved as u64);
+            // The ordered flush: the live entries in key order, stopping at the first new key
+            // once `budget` units have moved.
+            let (mut moved, mut want, mut last) = (0u64, None, None::<Arc<[u8]>>);
+            for e in live_iter(&d, Bound::Unbounded, Bound::Unbounded, Purpose::Merge).unwrap() {
+                let e = e.unwrap();
+                if last.as_ref().is_none_or(|k| **k != *e.key) {
+                    if moved >= budget {
+                        want = Some(e.key.clone());
+                        break;
+                    }
+                    last = Some(e.key.clone());
+                }
+                moved += job::entry_units(&e);
+            }
             let got = flush_cut(&d, budget).unwrap();
             assert_eq!(
                 got.as_deref(),
-                st.cut.as_deref(),
+                want.as_deref(),
                 "round {round}: budget {budget} of {total}, live start {:?}",
                 d.live_start
             );
-            assert!(st.cut.is_none() || st.moved_units >= budget);
+            assert!(want.is_none() || moved >= budget);
+            // What a flush up to that cut moves, as its parts count it.
+            let st = Arc::new(Mutex::new(MovedState::default()));
+            let below = below_cut(Bound::Unbounded, got.as_deref());
+            let it = live_iter(&d, Bound::Unbounded, below, Purpose::Merge).unwrap();
+            let n = Moved::new(it, st.clone()).count();
+            let st = st.lock();
+            assert_eq!((st.entries, st.units), (n as u64, moved));
         }
         // Which children a flush merges is counted from the index the same way.
         for _ in 0..30 {
