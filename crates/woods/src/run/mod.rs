@@ -469,9 +469,14 @@ impl Run {
         Node::parse_at(page, ahead.buf.clone(), off, 0)
     }
 
-    /// Makes `ahead`'s window start at `page`: the window read ahead when it starts there, else
-    /// a read now. The window after the new one is read ahead from a scan's first window on
-    /// (these scans are flushes, merges and checks, which read on).
+    /// Makes `ahead`'s window hold `page`: the window read ahead when it holds the page, else a
+    /// read now of a window starting there. The window after the new one is read ahead from a
+    /// scan's first window on (these scans are flushes, merges and checks, which read on).
+    ///
+    /// The window read ahead need not start at a data page: a data page's blob pages are
+    /// written just before it, and a window that ends with blob pages is followed by one that
+    /// starts at them ([`Run::resume_at`]). That window is used when it holds `page`, so that
+    /// it serves the blob values of `page` as well.
     fn fill_window(&self, page: u64, purpose: Purpose, ahead: &mut Readahead) -> Result<()> {
         let max = ahead.max_pages();
         let len = max as usize * PAGE_SIZE;
@@ -480,10 +485,11 @@ impl Run {
         let old = std::mem::take(&mut ahead.buf);
         let mut spare = Arc::try_unwrap(old).ok().filter(|b| b.len() >= len);
         match ahead.next.take() {
-            Some(next) if next.start == page => {
+            Some(next) if page >= next.start && page - next.start < next.pages => {
                 let (r, buf) = next.read.wait()?;
                 ahead.buf = Arc::new(buf);
                 r?;
+                ahead.start = next.start;
                 ahead.pages = next.pages;
             }
             // A read ahead of a window the scan skipped is dropped unread (it finishes on
@@ -496,11 +502,11 @@ impl Run {
                 self.store
                     .read_many_into(page, &mut buf[..n as usize * PAGE_SIZE], purpose)?;
                 ahead.buf = Arc::new(buf);
+                ahead.start = page;
                 ahead.pages = n;
             }
         }
-        ahead.start = page;
-        if let Some(start) = self.page_after(page + ahead.pages) {
+        if let Some(start) = self.page_after(self.resume_at(ahead)) {
             let n = self.window_at(start, max);
             let buf = spare
                 .take()
@@ -515,6 +521,27 @@ impl Run {
             });
         }
         Ok(())
+    }
+
+    /// Where the window after `ahead`'s should start: after its last page, unless the window
+    /// ends with blob pages inside an extent. Blob pages are written just before the data page
+    /// that refers to them, so those belong to the first data page after the window; the next
+    /// window starts at them, so that it holds them as well as their data page. (A window of
+    /// nothing but blob pages is followed by the page after it: the scan must move on.)
+    fn resume_at(&self, ahead: &Readahead) -> u64 {
+        let end = ahead.start + ahead.pages;
+        if !self.owns(end, 1) {
+            return end;
+        }
+        let is_blob = |i: u64| ahead.buf.get(i as usize * PAGE_SIZE) == Some(&PAGE_BLOB);
+        let mut keep = ahead.pages;
+        while keep > 0 && is_blob(keep - 1) {
+            keep -= 1;
+        }
+        match keep {
+            0 => end,
+            _ => ahead.start + keep,
+        }
     }
 
     /// Pages of a window starting at `page` (inside the run): to the end of its extent, at
