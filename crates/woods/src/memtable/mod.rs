@@ -148,6 +148,25 @@ impl Memtable {
         std::iter::successors(self.list.first(), |&p| self.list.next(p)).map(|p| self.entry(p))
     }
 
+    /// The entries and their key and value bytes in each interval that the sorted `keys` cut
+    /// the key space into: `[keys[i-1], keys[i])` is interval `i`, and there are
+    /// `keys.len() + 1`. One walk of the list, reading lengths only.
+    pub fn interval_sizes(&self, keys: &[Arc<[u8]>]) -> Vec<(u64, u64)> {
+        let mut out = vec![(0u64, 0u64); keys.len() + 1];
+        let mut i = 0;
+        let mut at = self.list.first();
+        while let Some(p) = at {
+            let e = self.list.get(p);
+            while i < keys.len() && e.key >= &keys[i][..] {
+                i += 1;
+            }
+            out[i].0 += 1;
+            out[i].1 += (e.key.len() + e.value.len()) as u64;
+            at = self.list.next(p);
+        }
+        out
+    }
+
     /// An owning iterator over all versions with keys within the bounds, forward or reversed.
     pub fn iter(
         self: &Arc<Self>,
@@ -301,6 +320,20 @@ mod tests {
                 }
                 assert_eq!(got, w, "{lo:?}..{hi:?} reverse {reverse}");
             }
+        }
+        for _ in 0..100 {
+            // Sorted cut keys, present or not, with repeats (an empty interval between them).
+            let mut keys: Vec<Arc<[u8]>> = (0..rng.gen_range(0..8))
+                .map(|_| Arc::from(format!("k{}", rng.gen_range(0..420u32)).into_bytes()))
+                .collect();
+            keys.sort();
+            let mut want = vec![(0u64, 0u64); keys.len() + 1];
+            for e in &model {
+                let i = keys.partition_point(|k| k[..] <= e.key[..]);
+                want[i].0 += 1;
+                want[i].1 += e.user_bytes() as u64;
+            }
+            assert_eq!(m.interval_sizes(&keys), want, "cut at {keys:?}");
         }
         for _ in 0..300 {
             let key = format!("k{}", rng.gen_range(0..420u32)).into_bytes();

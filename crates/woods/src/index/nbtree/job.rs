@@ -118,6 +118,9 @@ pub struct Outcome {
     pub split_key: Option<Arc<[u8]>>,
     /// The largest key group written (see [`super::version::Observed`]).
     pub max_group: u64,
+    /// Units read, and written (what compaction kept of them).
+    pub read: u64,
+    pub written: u64,
 }
 
 /// A merge (or a split) in progress: sorted sources, versions compacted per key, written into
@@ -229,6 +232,7 @@ impl Pipe {
             }
             Run::from_builder(b).map(Some)
         };
+        let (read, written) = (self.read.load(Ordering::Relaxed), self.written);
         let right = self.right;
         let left = finish(self.left)?;
         let right = match right.map(finish).transpose() {
@@ -250,6 +254,8 @@ impl Pipe {
             right,
             split_key,
             max_group: self.max_group,
+            read,
+            written,
         })
     }
 }

@@ -77,6 +77,8 @@ struct Counters {
     /// Steps of a batch's part that began while another caller was stepping a part.
     parallel_steps: AtomicU64,
     leaf_splits: AtomicU64,
+    /// Leaf splits done in a flush's merge into the leaf (counted in `leaf_splits` too).
+    leaf_splits_in_merge: AtomicU64,
     node_splits: AtomicU64,
     root_splits: AtomicU64,
     stale_dropped: AtomicU64,
@@ -113,6 +115,9 @@ pub struct Tree {
     counters: Counters,
     /// Callers stepping a batch's part now.
     stepping: AtomicU64,
+    /// What the flushes' merges into leaves read and what their compaction dropped, with the
+    /// older batches' share halved at each batch: [`Tree::leaf_route`]'s prediction.
+    leaf_drops: Mutex<(f64, f64)>,
 }
 
 /// The last committed version and the extents its d-trees reach.
@@ -131,8 +136,9 @@ enum RootPhase {
     /// The root is a leaf: merge Z into its d-tree.
     Absorb,
     /// Merge Z into each child whose interval holds some of it (a [`Batch`]), committed
-    /// together at the end.
-    Flush { receivers: Vec<usize> },
+    /// together at the end; the route of a merge into a leaf may split it
+    /// ([`Tree::leaf_route`]).
+    Flush { receivers: Vec<(usize, Route)> },
 }
 
 /// The step the job's one pipe is doing.
@@ -163,6 +169,8 @@ enum BatchKind {
 /// One child's merge in a [`Batch`].
 struct Part {
     child: usize,
+    /// A flush's merge into a leaf (what it drops feeds [`Tree::leaf_route`]'s prediction).
+    into_leaf: bool,
     /// What the parent's side moved (a deep flush).
     moved: Option<Arc<Mutex<MovedState>>>,
     /// Locked by the caller stepping it, never while that caller waits for the job's lock.
@@ -182,6 +190,9 @@ enum PartState {
 /// A part's new d-tree(s), as its batch commits them: the child, and what the parent's side
 /// moved (a deep flush).
 type BuiltPart = (usize, Outcome, Option<Arc<Mutex<MovedState>>>);
+
+/// The d-trees a commit replaces, and the d-trees of the halves of the leaves it splits.
+type Placed = (Vec<Arc<LazyRun>>, Vec<Arc<LazyRun>>);
 
 /// What a `work` caller takes up next in a batch.
 enum Claim {
@@ -213,9 +224,15 @@ impl Drop for Stepping<'_> {
 }
 
 impl Part {
-    fn new(child: usize, moved: Option<Arc<Mutex<MovedState>>>, pipe: Pipe) -> Arc<Part> {
+    fn new(
+        child: usize,
+        into_leaf: bool,
+        moved: Option<Arc<Mutex<MovedState>>>,
+        pipe: Pipe,
+    ) -> Arc<Part> {
         Arc::new(Part {
             child,
+            into_leaf,
             moved,
             state: Mutex::new(PartState::Merging(Box::new(pipe))),
             claimed: AtomicBool::new(false),
@@ -245,24 +262,26 @@ fn flush_cut(d: &DTree, budget: u64) -> Result<Option<Arc<[u8]>>> {
     Ok(past.next().transpose()?.map(|e| e.key))
 }
 
-/// Whether the live part of `d` may hold entries in [lo, hi): exact for the bounds flushes use
-/// (an inclusive lower and an exclusive upper key), from two descents of its index.
-fn holds_live(d: &DTree, lo: Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Result<bool> {
+/// The entries of the live part of `d` in [lo, hi) and their key and value bytes: exact for the
+/// bounds flushes use (an inclusive lower and an exclusive upper key), from two descents of its
+/// index (their subtree totals).
+fn live_between(d: &DTree, lo: Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Result<(u64, u64)> {
     let run = d.run.run()?;
     let p = Purpose::Merge;
-    let below = |k: &[u8]| -> Result<u64> { Ok(run.rank_bytes(k, p)?.0) };
+    let below = |k: &[u8]| run.rank_bytes(k, p);
+    // The rank of everything up to and including `k`: that of its successor.
+    let through = |k: &[u8]| below(&[k, &[0]].concat());
     let first = match d.live_lo(lo) {
-        Bound::Unbounded => 0,
-        // An exclusive lower bound counts its key's entries in: at worst a part merges a
-        // child with nothing.
-        Bound::Included(k) | Bound::Excluded(k) => below(&k)?,
+        Bound::Unbounded => (0, 0),
+        Bound::Included(k) => below(&k)?,
+        Bound::Excluded(k) => through(&k)?,
     };
     let end = match hi {
-        Bound::Unbounded => run.meta().entries,
+        Bound::Unbounded => (run.meta().entries, run.meta().user_bytes),
         Bound::Excluded(k) => below(k)?,
-        Bound::Included(_) => return Ok(true),
+        Bound::Included(k) => through(k)?,
     };
-    Ok(end > first)
+    Ok((end.0.saturating_sub(first.0), end.1.saturating_sub(first.1)))
 }
 
 /// `hi` lowered to exclude `cut` and everything past it.
@@ -319,11 +338,20 @@ struct Job {
     observed: Observed,
     /// The node whose flush the counters have counted (a flush spans several steps).
     counted_flush: Option<Vec<u32>>,
+    /// The d-trees of the halves of the leaves this job's merges split, which no later merge
+    /// or LeafSplits of the job splits again (each leaf splits at most once per job).
+    halves: Vec<Arc<LazyRun>>,
 }
 
 impl Job {
     fn debt(&self) -> u64 {
         self.bound.saturating_sub(self.done_since).max(1)
+    }
+
+    /// Whether `leaf` is a half of a leaf this job's merges split.
+    fn split_this_job(&self, leaf: &SNode) -> bool {
+        let half = |d: &DTree| self.halves.iter().any(|h| Arc::ptr_eq(h, &d.run));
+        leaf.dtree.as_ref().is_some_and(half)
     }
 }
 
@@ -352,9 +380,23 @@ impl NbTree {
         meta: &[u8],
         durable_seq: u64,
     ) -> Result<NbTree> {
+        NbTree::open_with(ctx, params, meta, durable_seq, true)
+    }
+
+    /// [`NbTree::open`], choosing whether leaves split in the flush's merges
+    /// ([`Shape::split_in_merge`]; `false` is the paper's order, kept for the tests that
+    /// compare the two).
+    pub(crate) fn open_with(
+        ctx: IndexContext,
+        params: NbTreeParams,
+        meta: &[u8],
+        durable_seq: u64,
+        split_in_merge: bool,
+    ) -> Result<NbTree> {
         let shape = Shape {
             sigma: ctx.memtable_bytes.max(1),
             fanout: params.fanout.max(3) as usize,
+            split_in_merge,
         };
         let (root, height, mut observed, cursor) = if meta.is_empty() {
             (Arc::new(SNode::default()), 1, Observed::default(), None)
@@ -388,6 +430,7 @@ impl NbTree {
             committer: Committer::default(),
             counters: Counters::default(),
             stepping: AtomicU64::new(0),
+            leaf_drops: Mutex::new((0.0, 0.0)),
         };
         if let Some(cursor) = cursor {
             let v = tree.version();
@@ -403,6 +446,7 @@ impl NbTree {
                 done_since: 0,
                 observed: v.observed,
                 counted_flush: None,
+                halves: Vec::new(),
             };
             tree.debt.store(job.debt(), Ordering::Release);
             *tree.job.lock() = Some(job);
@@ -427,6 +471,36 @@ impl Tree {
             bloom_bits_per_key: self.params.bloom_bits_per_key,
             purpose,
             extent_pages: CHUNK_PAGES,
+        }
+    }
+
+    /// The route of a flush's merge of `incoming` more units into `leaf`, `g` the largest key
+    /// group expected. The paper splits a leaf that holds more than σ after the flush, at its
+    /// byte midpoint. The merge does that split itself when it predicts that the leaf will
+    /// hold more than σ and neither half can exceed σ whatever compaction drops (the second
+    /// half holds at most what the merge can write past the first, and the first at most half
+    /// the prediction), so that LeafSplits, which splits any leaf the merges left over σ,
+    /// never splits a half again. It predicts what compaction keeps from what it dropped in
+    /// the merges into leaves lately: nothing for unique inserts; overwritten versions and
+    /// deleted keys otherwise. A prediction too high splits a leaf holding less than σ (two
+    /// valid leaves); one too low leaves the split to LeafSplits.
+    fn leaf_route(&self, leaf: &SNode, incoming: u64, g: u64) -> Route {
+        if !self.shape.split_in_merge {
+            return Route::One;
+        }
+        let most = leaf.live_units().saturating_add(incoming);
+        let (read, dropped) = *self.leaf_drops.lock();
+        let kept = if read > 0.0 {
+            1.0 - dropped / read
+        } else {
+            1.0
+        };
+        let predicted = (most as f64 * kept.clamp(0.0, 1.0)) as u64;
+        let second = (most - predicted / 2).saturating_add(g);
+        if predicted > self.shape.sigma && second <= self.shape.sigma {
+            Route::Half(predicted)
+        } else {
+            Route::One
         }
     }
 
@@ -465,12 +539,24 @@ impl Tree {
         let v = self.version();
         let root = if v.root.is_leaf() {
             RootPhase::Absorb
+        } else if self.shape.split_in_merge && v.root.children[0].is_leaf() {
+            // What each leaf receives decides whether its merge splits it: one walk of Z.
+            let sizes = mem.interval_sizes(&v.root.keys);
+            let receivers = (sizes.iter().enumerate())
+                .filter(|(_, (entries, _))| *entries > 0)
+                .map(|(i, &(entries, bytes))| {
+                    let c = &v.root.children[i];
+                    let g = granule(v.observed.max_group);
+                    (i, self.leaf_route(c, units(entries, bytes), g))
+                })
+                .collect();
+            RootPhase::Flush { receivers }
         } else {
             let mut receivers = Vec::new();
             for i in 0..v.root.children.len() {
                 let (lo, hi) = child_bounds(&v.root.keys, i);
                 if mem.iter(lo, hi, false).next().is_some() {
-                    receivers.push(i);
+                    receivers.push((i, Route::One));
                 }
             }
             RootPhase::Flush { receivers }
@@ -489,6 +575,7 @@ impl Tree {
             done_since: 0,
             observed: v.observed,
             counted_flush: None,
+            halves: Vec::new(),
         })
     }
 
@@ -643,7 +730,8 @@ impl Tree {
                 }
                 RootPhase::Flush { receivers } => {
                     let mut parts = Vec::with_capacity(receivers.len());
-                    for &child in receivers {
+                    for (child, route) in receivers {
+                        let child = *child;
                         let read = Arc::new(AtomicU64::new(0));
                         let c = &v.root.children[child];
                         let (lo, hi) = child_bounds(&v.root.keys, child);
@@ -653,8 +741,9 @@ impl Tree {
                             sources
                                 .push(self.counted(live_iter(d, lo, hi, Purpose::Merge)?, &read));
                         }
-                        let p = self.pipe(sources, read, c.is_leaf(), Route::One, Purpose::Flush);
-                        parts.push(Part::new(child, None, p));
+                        let p =
+                            self.pipe(sources, read, c.is_leaf(), route.clone(), Purpose::Flush);
+                        parts.push(Part::new(child, c.is_leaf(), None, p));
                     }
                     if parts.is_empty() {
                         self.commit_root_flush(job, Vec::new())?;
@@ -724,19 +813,25 @@ impl Tree {
                     let below = below_cut(hi.clone(), cut.as_deref());
                     // Counted from the index, so that no part reads anything before its first
                     // step (a part waiting for a caller holds no buffers).
-                    if !holds_live(d, lo.clone(), &below)? {
+                    let (entries, bytes) = live_between(d, lo.clone(), &below)?;
+                    if entries == 0 {
                         continue;
                     }
+                    let c = &node.children[j];
+                    let route = if c.is_leaf() && !job.split_this_job(c) {
+                        self.leaf_route(c, units(entries, bytes), granule(job.observed.max_group))
+                    } else {
+                        Route::One
+                    };
                     let parent = live_iter(d, lo.clone(), below, Purpose::Merge)?;
                     let read = Arc::new(AtomicU64::new(0));
-                    let c = &node.children[j];
                     let moved = Arc::new(Mutex::new(MovedState::default()));
                     let mut sources = vec![self.counted(Moved::new(parent, moved.clone()), &read)];
                     if let Some(cd) = &c.dtree {
                         sources.push(self.counted(live_iter(cd, lo, hi, Purpose::Merge)?, &read));
                     }
-                    let p = self.pipe(sources, read, c.is_leaf(), Route::One, Purpose::Merge);
-                    parts.push(Part::new(j, Some(moved), p));
+                    let p = self.pipe(sources, read, c.is_leaf(), route, Purpose::Merge);
+                    parts.push(Part::new(j, c.is_leaf(), Some(moved), p));
                 }
                 if parts.is_empty() {
                     return Err(Error::corruption(
@@ -761,6 +856,11 @@ impl Tree {
                     if !c.is_leaf() || !leaf_oversized(c, self.shape.sigma) {
                         continue;
                     }
+                    // A half of a split in the flush's merge over σ (a key group larger than
+                    // any seen before crossed its midpoint) waits for the next job.
+                    if job.split_this_job(c) {
+                        continue;
+                    }
                     let Some(d) = &c.dtree else {
                         return Err(Error::corruption(
                             "nbtree job",
@@ -773,12 +873,16 @@ impl Tree {
                     let sources = vec![self.counted(it, &read)];
                     let route = Route::Half(d.live_units());
                     let p = self.pipe(sources, read, true, route, Purpose::Merge);
-                    parts.push(Part::new(j, None, p));
+                    parts.push(Part::new(j, false, None, p));
                 }
-                job.batch = Some(Batch {
-                    kind: BatchKind::LeafSplits,
-                    parts,
-                });
+                if parts.is_empty() {
+                    self.commit_leaf_splits(job, Vec::new())?;
+                } else {
+                    job.batch = Some(Batch {
+                        kind: BatchKind::LeafSplits,
+                        parts,
+                    });
+                }
                 Ok(true)
             }
             Action::SplitNode => {
@@ -800,6 +904,8 @@ impl Tree {
                             right: None,
                             split_key: None,
                             max_group: 0,
+                            read: 0,
+                            written: 0,
                         };
                         self.complete_split_node(job, &v, out)?;
                     }
@@ -847,10 +953,15 @@ impl Tree {
         };
         let mut built = Vec::with_capacity(batch.parts.len());
         let mut runs = Vec::new();
+        let (mut read, mut dropped) = (0u64, 0u64);
         for p in &batch.parts {
             let st = std::mem::replace(&mut *p.state.lock(), PartState::Dropped);
             if let PartState::Built(out) = st {
                 job.observed.max_group = job.observed.max_group.max(out.max_group);
+                if p.into_leaf {
+                    read += out.read;
+                    dropped += out.read.saturating_sub(out.written);
+                }
                 runs.extend(
                     [&out.left, &out.right]
                         .into_iter()
@@ -859,6 +970,10 @@ impl Tree {
                 );
                 built.push((p.child, *out, p.moved.clone()));
             }
+        }
+        if read > 0 {
+            let mut d = self.leaf_drops.lock();
+            *d = (d.0 / 2.0 + read as f64, d.1 / 2.0 + dropped as f64);
         }
         let r = if built.len() != batch.parts.len() {
             Err(Error::corruption(
@@ -872,7 +987,7 @@ impl Tree {
                 .fetch_add(built.len() as u64, Ordering::Relaxed);
             match batch.kind {
                 BatchKind::Root => {
-                    let built = built.into_iter().map(|(c, out, _)| (c, out.left)).collect();
+                    let built = built.into_iter().map(|(c, out, _)| (c, out)).collect();
                     self.commit_root_flush(job, built)
                 }
                 BatchKind::Flush { cut } => self.commit_flush(job, cut, built),
@@ -910,8 +1025,8 @@ impl Tree {
             ));
         };
         let mut n = (**node).clone();
-        let mut retired = Vec::new();
         let (mut moved_units, mut moved_entries, mut moved_bytes) = (0u64, 0u64, 0u64);
+        let mut outs = Vec::with_capacity(built.len());
         for (child, out, moved) in built {
             if let Some(m) = moved {
                 let st = m.lock();
@@ -920,15 +1035,11 @@ impl Tree {
                 moved_bytes += st.bytes;
                 job.observed.max_group = job.observed.max_group.max(st.max_group);
             }
-            let old = &node.children[child];
-            retired.extend(old.dtree.iter().map(|d| d.run.clone()));
-            // A merge into one child has no second output (`Route::One`); the batch gives
-            // back whatever it built if this commit fails.
-            n.children[child] = Arc::new(SNode {
-                dtree: leaf_with(out.left).dtree,
-                ..(**old).clone()
-            });
+            outs.push((child, out));
         }
+        // The batch gives back whatever it built if this commit fails.
+        let (mut retired, halves) = self.place(&mut n, node, outs)?;
+        self.split_in_merges(job, halves);
         let live_entries = d.live_entries.checked_sub(moved_entries);
         let live_bytes = d.live_bytes.checked_sub(moved_bytes);
         let (Some(live_entries), Some(live_bytes)) = (live_entries, live_bytes) else {
@@ -964,6 +1075,61 @@ impl Tree {
             job.observed.max_sent = job.observed.max_sent.max(*moved);
         }
         self.commit_node(job, &v, n, retired, cursor)
+    }
+
+    /// Notes the halves of the leaves a flush's merges split (`halves`: two d-trees each).
+    fn split_in_merges(&self, job: &mut Job, halves: Vec<Arc<LazyRun>>) {
+        self.counters
+            .leaf_splits_in_merge
+            .fetch_add(halves.len() as u64 / 2, Ordering::Relaxed);
+        job.halves.extend(halves);
+    }
+
+    /// Puts each part's new d-tree(s) in place of its child of `n`, a copy of `node`: one
+    /// replaces the child's d-tree; two (a leaf split, in a flush's merge or after it) replace
+    /// the leaf by its halves, the first key of the second becoming an s-key. Returns the
+    /// d-trees replaced and the halves' d-trees.
+    fn place(
+        &self,
+        n: &mut SNode,
+        node: &SNode,
+        mut built: Vec<(usize, Outcome)>,
+    ) -> Result<Placed> {
+        let mut retired = Vec::new();
+        let mut halves = Vec::new();
+        // From the right, so that the positions of the children still to replace do not move.
+        built.sort_unstable_by_key(|(child, _)| std::cmp::Reverse(*child));
+        for (child, out) in built {
+            let old = node.children.get(child).ok_or_else(|| {
+                Error::corruption("nbtree job", None, format!("no child {child} to replace"))
+            })?;
+            retired.extend(old.dtree.iter().map(|d| d.run.clone()));
+            n.children[child] = Arc::new(SNode {
+                dtree: leaf_with(out.left).dtree,
+                ..(**old).clone()
+            });
+            match (out.right, out.split_key) {
+                (Some(right), Some(key)) if old.is_leaf() => {
+                    let right = leaf_with(Some(right));
+                    halves.extend(n.children[child].dtree.iter().map(|d| d.run.clone()));
+                    halves.extend(right.dtree.iter().map(|d| d.run.clone()));
+                    n.children.insert(child + 1, Arc::new(right));
+                    n.keys.insert(child, key);
+                    self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
+                }
+                // Compaction shrank a split leaf to one d-tree.
+                (None, _) => {}
+                // Only leaves split in a merge; the batch gives the runs back.
+                _ => {
+                    return Err(Error::corruption(
+                        "nbtree job",
+                        None,
+                        format!("a merge into child {child} split a non-leaf"),
+                    ))
+                }
+            }
+        }
+        Ok((retired, halves))
     }
 
     fn apply(&self, job: &mut Job, v: &Arc<Version>, kind: StepKind, out: Outcome) -> Result<()> {
@@ -1002,27 +1168,7 @@ impl Tree {
         let node = node_at(&v.root, &path)
             .ok_or_else(|| Error::corruption("nbtree job", None, "split parent vanished"))?;
         let mut n = (**node).clone();
-        let mut retired = Vec::new();
-        // From the right, so that the positions of the leaves still to replace do not move.
-        for (child, out) in built.into_iter().rev() {
-            retired.extend(node.children[child].dtree.iter().map(|d| d.run.clone()));
-            let left = leaf_with(out.left);
-            match (out.right, out.split_key) {
-                (Some(right), Some(key)) => {
-                    n.children[child] = Arc::new(left);
-                    n.children
-                        .insert(child + 1, Arc::new(leaf_with(Some(right))));
-                    n.keys.insert(child, key);
-                    self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
-                }
-                (right, _) => {
-                    // Compaction shrank it to one d-tree (a right half without a split key
-                    // cannot be, and is given back with the batch's runs if it were).
-                    debug_assert!(right.is_none());
-                    n.children[child] = Arc::new(left);
-                }
-            }
-        }
+        let (retired, _) = self.place(&mut n, node, built)?;
         let next = n.children.len() as u32;
         let cursor = Cursor {
             path,
@@ -1129,24 +1275,16 @@ impl Tree {
 
     /// The root's drain: every receiving child's new d-tree and the durable sequence number in
     /// one commit.
-    fn commit_root_flush(&self, job: &mut Job, built: Vec<(usize, Option<Run>)>) -> Result<()> {
+    fn commit_root_flush(&self, job: &mut Job, built: Vec<(usize, Outcome)>) -> Result<()> {
         let v = self.version();
         let mem = job.mem.clone();
         let z = mem.as_ref().map_or(0, |m| m.bytes());
         job.observed.max_sent = job.observed.max_sent.max(z);
         let mut root = (*v.root).clone();
-        let mut retired = Vec::new();
-        for (child, run) in built {
-            let old = &v.root.children[child];
-            retired.extend(old.dtree.iter().map(|d| d.run.clone()));
-            let leaf = leaf_with(run);
-            root.children[child] = Arc::new(SNode {
-                dtree: leaf.dtree,
-                ..(**old).clone()
-            });
-        }
+        let (retired, halves) = self.place(&mut root, &v.root, built)?;
+        self.split_in_merges(job, halves);
         // Past the root's drain (the commit computes the bound of the rest from here on).
-        let phase = job.root.take();
+        let root_phase = job.root.take();
         let r = self.commit(
             job,
             Change {
@@ -1160,7 +1298,7 @@ impl Tree {
             },
         );
         if r.is_err() {
-            job.root = phase;
+            job.root = root_phase;
             return r;
         }
         job.mem = None;
@@ -1437,6 +1575,7 @@ impl Index for NbTree {
             ("child_merges", &c.child_merges),
             ("parallel_steps", &c.parallel_steps),
             ("leaf_splits", &c.leaf_splits),
+            ("leaf_splits_in_merge", &c.leaf_splits_in_merge),
             ("node_splits", &c.node_splits),
             ("root_splits", &c.root_splits),
             ("stale_dtrees_dropped", &c.stale_dropped),

@@ -15,6 +15,10 @@
 //!               leaf, in parallel, one commit
 //! Splits:       up the path: split each node with more than f children (the root: a new root)
 //! ```
+//!
+//! With [`Shape::split_in_merge`] (the default) a flush into a leaf that will surely leave it
+//! over σ splits it in that merge, into halves of at most σ, which LeafSplits then passes by:
+//! it splits only the leaves a merge could not tell would end up over σ.
 
 use std::sync::Arc;
 
@@ -29,6 +33,10 @@ pub struct Shape {
     pub sigma: u64,
     /// f, the most children an s-node has between jobs.
     pub fanout: usize,
+    /// Whether a flush into a leaf that it will surely fill past σ splits the leaf in that
+    /// merge (one read and write of it), rather than in the LeafSplits step after the flush
+    /// commits (the paper's order: a second read and write of it). The halves are the same.
+    pub split_in_merge: bool,
 }
 
 /// The next step that does I/O or changes the tree.
@@ -212,6 +220,9 @@ pub fn descent_bound(x: &SNode, incoming: u64, base: u64, g: u64, shape: Shape) 
 fn below_bound(x: &SNode, m: u64, base: u64, g: u64, shape: Shape) -> (u64, usize) {
     if x.children.first().is_some_and(|c| c.is_leaf()) {
         let (k, units) = leaves_that_may_split(x, m, shape.sigma);
+        // Leaves split in the flush's merges cost nothing more than the flush; the bound
+        // still counts a split after it for each, as a merge cannot know beforehand whether
+        // compaction will leave its leaf over σ.
         let cost = if k == 0 { 0 } else { 2 * (m + units) };
         (cost, k)
     } else {

@@ -42,6 +42,8 @@ struct Harness {
     tree: NbTree,
     params: NbTreeParams,
     seq: u64,
+    /// [`Shape::split_in_merge`]: `false` for the paper's order.
+    split_in_merge: bool,
 }
 
 fn params(fanout: u32) -> NbTreeParams {
@@ -53,6 +55,10 @@ fn params(fanout: u32) -> NbTreeParams {
 
 impl Harness {
     fn new(sigma: u64, p: NbTreeParams) -> Harness {
+        Harness::with_order(sigma, p, true)
+    }
+
+    fn with_order(sigma: u64, p: NbTreeParams, split_in_merge: bool) -> Harness {
         let fs = FaultFs::new();
         fs.create_dir_all(Path::new("/db")).unwrap();
         let io = Arc::new(IoCounters::default());
@@ -74,13 +80,14 @@ impl Harness {
             dir: "/db".into(),
             memtable_bytes: sigma,
         };
-        let tree = NbTree::open(ctx.clone(), p.clone(), &[], 0).unwrap();
+        let tree = NbTree::open_with(ctx.clone(), p.clone(), &[], 0, split_in_merge).unwrap();
         Harness {
             fs,
             ctx,
             tree,
             params: p,
             seq: 0,
+            split_in_merge,
         }
     }
 
@@ -101,11 +108,12 @@ impl Harness {
             dir: "/db".into(),
             memtable_bytes: self.ctx.memtable_bytes,
         };
-        self.tree = NbTree::open(
+        self.tree = NbTree::open_with(
             self.ctx.clone(),
             self.params.clone(),
             &state.index_meta,
             state.durable_seq,
+            self.split_in_merge,
         )
         .unwrap();
     }
@@ -428,8 +436,11 @@ fn random_workload_with_snapshots_and_reopens() {
     let mut rng = SmallRng::seed_from_u64(s);
     let fanout = rng.gen_range(3..=5);
     let sigma = rng.gen_range(2_000..6_000);
-    println!("fanout {fanout} sigma {sigma}");
-    let mut h = Harness::new(sigma, params(fanout));
+    // Leaves split in the flush's merges, or after it in the paper's order (a job resumed
+    // from an older manifest).
+    let split_in_merge = rng.gen_bool(0.5);
+    println!("fanout {fanout} sigma {sigma} split_in_merge {split_in_merge}");
+    let mut h = Harness::with_order(sigma, params(fanout), split_in_merge);
     let mut model = Model::new();
     let mut snaps: Vec<(u64, Model)> = Vec::new();
     let (mut resumed, mut replayed) = (0, 0);
@@ -701,6 +712,7 @@ fn policy_decisions() {
     let shape = Shape {
         sigma: 100,
         fanout: 3,
+        split_in_merge: false,
     };
     let parent = |children: Vec<Arc<SNode>>| -> Arc<SNode> {
         let keys = (1..children.len())
@@ -1145,27 +1157,29 @@ fn flush_cut_is_where_an_ordered_flush_stops() {
             let st = st.lock();
             assert_eq!((st.entries, st.units), (n as u64, moved));
         }
-        // Which children a flush merges is counted from the index the same way.
+        // What a flush sends each child (which children it merges, and whether a leaf's
+        // merge splits it) is counted from the index the same way.
         for _ in 0..30 {
             let a = rng.gen_range(0..2 * n + 2);
             let b = rng.gen_range(0..2 * n + 2);
-            let lo = if rng.gen_bool(0.2) {
-                Bound::Unbounded
-            } else {
-                Bound::Included(key(a.min(b)))
+            let lo = match rng.gen_range(0..5) {
+                0 => Bound::Unbounded,
+                1 => Bound::Excluded(key(a.min(b))),
+                _ => Bound::Included(key(a.min(b))),
             };
-            let hi = if rng.gen_bool(0.2) {
-                Bound::Unbounded
-            } else {
-                Bound::Excluded(key(a.max(b)))
+            let hi = match rng.gen_range(0..5) {
+                0 => Bound::Unbounded,
+                1 => Bound::Included(key(a.max(b))),
+                _ => Bound::Excluded(key(a.max(b))),
             };
-            let any = live_iter(&d, lo.clone(), hi.clone(), Purpose::Merge)
-                .unwrap()
-                .next()
-                .is_some();
+            let (mut entries, mut bytes) = (0, 0);
+            for e in live_iter(&d, lo.clone(), hi.clone(), Purpose::Merge).unwrap() {
+                entries += 1;
+                bytes += e.unwrap().user_bytes() as u64;
+            }
             assert_eq!(
-                holds_live(&d, lo.clone(), &hi).unwrap(),
-                any,
+                live_between(&d, lo.clone(), &hi).unwrap(),
+                (entries, bytes),
                 "{lo:?}..{hi:?}"
             );
         }
@@ -1228,4 +1242,92 @@ fn concurrent_work_callers_keep_the_tree_and_its_answers() {
     let st = h.tree.stats();
     assert!(st.height >= 3, "height {}", st.height);
     assert!(deep_flushes > 0);
+}
+
+/// The s-keys of every node, in depth-first order: the shape of the s-tree.
+fn s_keys(n: &SNode, out: &mut Vec<Vec<Arc<[u8]>>>) {
+    out.push(n.keys.clone());
+    for c in &n.children {
+        s_keys(c, out);
+    }
+}
+
+/// A flush into leaves that splits each leaf it fills past σ in that leaf's own merge builds
+/// the tree the paper's order builds (flush, commit, then split each oversized leaf), with less
+/// work: unique keys of one size in random order (so that no compaction changes what a leaf
+/// holds), every invariant checked after every step of both trees, the same s-keys at every
+/// node after every job, the same answers at the end.
+#[test]
+fn leaves_split_in_the_merge_as_after_it() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let vlen = 16;
+    let per_mem = rng.gen_range(12..40);
+    let sigma = per_mem * unit(vlen);
+    let budget = rng.gen_range(1..2 * sigma);
+    println!("{per_mem} entries per memtable, budget {budget}");
+    let mut fused = Harness::with_order(sigma, params(3), true);
+    let mut paper = Harness::with_order(sigma, params(3), false);
+    let mut keys: Vec<u64> = (0..per_mem * 120).collect();
+    for i in (1..keys.len()).rev() {
+        keys.swap(i, rng.gen_range(0..=i));
+    }
+    let mut model = Model::new();
+    for (job, chunk) in keys.chunks(per_mem as usize).enumerate() {
+        let writes: Vec<_> = chunk
+            .iter()
+            .map(|&k| (key(k), Some(vec![k as u8; vlen as usize])))
+            .collect();
+        for (k, v) in &writes {
+            model.insert(k.clone(), v.clone().unwrap());
+        }
+        for h in [&mut fused, &mut paper] {
+            let m = h.mem(&writes);
+            h.absorb_and_run(m, budget, true);
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        s_keys(&fused.tree.version().root, &mut a);
+        s_keys(&paper.tree.version().root, &mut b);
+        assert!(a == b, "job {job}: the s-trees differ (seed {s})");
+    }
+    fused.verify(&model, &mut rng);
+    paper.verify(&model, &mut rng);
+    let count =
+        |h: &Harness, c: fn(&Counters) -> &AtomicU64| c(&h.tree.counters).load(Ordering::Relaxed);
+    let splits = (
+        count(&fused, |c| &c.leaf_splits),
+        count(&paper, |c| &c.leaf_splits),
+    );
+    let moved = (
+        count(&fused, |c| &c.units_moved),
+        count(&paper, |c| &c.units_moved),
+    );
+    let in_merge = (
+        count(&fused, |c| &c.leaf_splits_in_merge),
+        count(&paper, |c| &c.leaf_splits_in_merge),
+    );
+    println!("leaf splits {splits:?}, in merges {in_merge:?}, units moved {moved:?}");
+    assert_eq!(splits.0, splits.1, "leaf splits (seed {s})");
+    assert_eq!(
+        in_merge.1, 0,
+        "the paper's order split in a merge (seed {s})"
+    );
+    // Most leaves split in the merge; the others were within a key group of 2σ.
+    assert!(
+        in_merge.0 > splits.0 / 2,
+        "{} of {} leaf splits in merges (seed {s})",
+        in_merge.0,
+        splits.0
+    );
+    assert!(
+        fused.tree.stats().height >= 3,
+        "height {} (seed {s})",
+        fused.tree.stats().height
+    );
+    // Each split in the paper's order reads and writes a leaf of more than σ once more.
+    assert!(
+        moved.0 + in_merge.0 * 2 * sigma <= moved.1,
+        "units moved {moved:?} with {} splits in merges of leaves over σ = {sigma} (seed {s})",
+        in_merge.0
+    );
 }
