@@ -745,14 +745,7 @@ impl Tree {
                             self.pipe(sources, read, c.is_leaf(), route.clone(), Purpose::Flush);
                         parts.push(Part::new(child, c.is_leaf(), None, p));
                     }
-                    if parts.is_empty() {
-                        self.commit_root_flush(job, Vec::new())?;
-                    } else {
-                        job.batch = Some(Batch {
-                            kind: BatchKind::Root,
-                            parts,
-                        });
-                    }
+                    self.start_batch(job, BatchKind::Root, parts)?;
                 }
             }
             return Ok(true);
@@ -843,10 +836,7 @@ impl Tree {
                         ),
                     ));
                 }
-                job.batch = Some(Batch {
-                    kind: BatchKind::Flush { cut },
-                    parts,
-                });
+                self.start_batch(job, BatchKind::Flush { cut }, parts)?;
                 Ok(true)
             }
             Action::SplitLeaf { child } => {
@@ -875,14 +865,7 @@ impl Tree {
                     let p = self.pipe(sources, read, true, route, Purpose::Merge);
                     parts.push(Part::new(j, false, None, p));
                 }
-                if parts.is_empty() {
-                    self.commit_leaf_splits(job, Vec::new())?;
-                } else {
-                    job.batch = Some(Batch {
-                        kind: BatchKind::LeafSplits,
-                        parts,
-                    });
-                }
+                self.start_batch(job, BatchKind::LeafSplits, parts)?;
                 Ok(true)
             }
             Action::SplitNode => {
@@ -912,6 +895,20 @@ impl Tree {
                 }
                 Ok(true)
             }
+        }
+    }
+
+    /// Starts the batch of `parts`, or commits its step at once when it has none (a root
+    /// drain into no child, no leaf to split).
+    fn start_batch(&self, job: &mut Job, kind: BatchKind, parts: Vec<Arc<Part>>) -> Result<()> {
+        if !parts.is_empty() {
+            job.batch = Some(Batch { kind, parts });
+            return Ok(());
+        }
+        match kind {
+            BatchKind::Root => self.commit_root_flush(job, Vec::new()),
+            BatchKind::Flush { cut } => self.commit_flush(job, cut, Vec::new()),
+            BatchKind::LeafSplits => self.commit_leaf_splits(job, Vec::new()),
         }
     }
 
