@@ -259,9 +259,14 @@ struct NextWindow {
     read: PendingRead,
 }
 
+/// Whether the window of `pages` pages from `start` holds `page`.
+fn window_holds(start: u64, pages: u64, page: u64) -> bool {
+    page >= start && page - start < pages
+}
+
 impl Readahead {
     fn holds(&self, page: u64) -> bool {
-        page >= self.start && page - self.start < self.pages
+        window_holds(self.start, self.pages, page)
     }
 
     fn max_pages(&self) -> u64 {
@@ -485,7 +490,7 @@ impl Run {
         let old = std::mem::take(&mut ahead.buf);
         let mut spare = Arc::try_unwrap(old).ok().filter(|b| b.len() >= len);
         match ahead.next.take() {
-            Some(next) if page >= next.start && page - next.start < next.pages => {
+            Some(next) if window_holds(next.start, next.pages, page) => {
                 let (r, buf) = next.read.wait()?;
                 ahead.buf = Arc::new(buf);
                 r?;

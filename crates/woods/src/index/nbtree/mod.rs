@@ -542,12 +542,14 @@ impl Tree {
         } else if self.shape.split_in_merge && v.root.children[0].is_leaf() {
             // What each leaf receives decides whether its merge splits it: one walk of Z.
             let sizes = mem.interval_sizes(&v.root.keys);
+            let g = granule(v.observed.max_group);
             let receivers = (sizes.iter().enumerate())
                 .filter(|(_, (entries, _))| *entries > 0)
                 .map(|(i, &(entries, bytes))| {
-                    let c = &v.root.children[i];
-                    let g = granule(v.observed.max_group);
-                    (i, self.leaf_route(c, units(entries, bytes), g))
+                    (
+                        i,
+                        self.leaf_route(&v.root.children[i], units(entries, bytes), g),
+                    )
                 })
                 .collect();
             RootPhase::Flush { receivers }
@@ -1281,7 +1283,7 @@ impl Tree {
         let (retired, halves) = self.place(&mut root, &v.root, built)?;
         self.split_in_merges(job, halves);
         // Past the root's drain (the commit computes the bound of the rest from here on).
-        let root_phase = job.root.take();
+        let phase = job.root.take();
         let r = self.commit(
             job,
             Change {
@@ -1295,7 +1297,7 @@ impl Tree {
             },
         );
         if r.is_err() {
-            job.root = root_phase;
+            job.root = phase;
             return r;
         }
         job.mem = None;
