@@ -14,7 +14,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::batch::{self, WriteBatch};
 use crate::cache::{Cache, CacheStats};
 use crate::entry::{codec, Entry, MAX_SEQ};
-use crate::error::{Error, Result};
+use crate::error::{Error, Latch, Result};
 use crate::index::{open_index, Index, IndexContext, IndexStats, Snapshots, Stall};
 use crate::manifest::Manifest;
 use crate::memtable::Memtable;
@@ -115,7 +115,8 @@ struct Inner {
     publish_lock: Mutex<()>,
     publish_cv: Condvar,
     snapshots: Arc<Snapshots>,
-    failure: Mutex<Option<String>>,
+    /// The first failure (the page file's latch): the database is read-only once it is tripped.
+    failure: Arc<Latch>,
     closed: AtomicBool,
     shutdown: AtomicBool,
     work_lock: Mutex<()>,
@@ -308,6 +309,10 @@ impl Db {
             alloc,
             io.clone(),
         ));
+        // A failed write of the data file turns the database read-only at once: no index work
+        // in flight commits what it built on it.
+        let failure = store.failure().clone();
+        manifest.refuse_commits_after(failure.clone());
         let snapshots = Arc::new(Snapshots::default());
         let ctx = IndexContext {
             store: store.clone(),
@@ -346,7 +351,7 @@ impl Db {
             publish_lock: Mutex::new(()),
             publish_cv: Condvar::new(),
             snapshots,
-            failure: Mutex::new(None),
+            failure,
             closed: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             work_lock: Mutex::new(()),
@@ -546,7 +551,7 @@ impl Db {
 
     /// Flushes everything into the index and closes the database.
     pub fn close(self) -> Result<()> {
-        let r = if self.inner.failure.lock().is_none() {
+        let r = if !self.inner.failure.is_tripped() {
             self.inner.flush_all()
         } else {
             Ok(())
@@ -585,23 +590,12 @@ impl Inner {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if let Some(cause) = &*self.failure.lock() {
-            return Err(Error::ReadOnly {
-                cause: cause.clone(),
-            });
-        }
-        Ok(())
+        self.failure.check()
     }
 
     /// Records a failure: the database turns read-only until reopened.
     fn note<T>(&self, r: Result<T>) -> Result<T> {
-        if let Err(e) = &r {
-            let mut f = self.failure.lock();
-            if f.is_none() {
-                *f = Some(e.to_string());
-            }
-        }
-        r
+        self.failure.note(r)
     }
 
     /// Registers and returns the current visible sequence number as a read point.
@@ -897,6 +891,8 @@ impl Inner {
     }
 
     fn do_work(&self, budget: u64) -> Result<u64> {
+        // After a failure no index work starts (a step under way in another thread may end).
+        self.check_failed()?;
         let r = self.index.work(budget);
         let done = self.note(r)?;
         self.reap()?;
@@ -1040,7 +1036,7 @@ impl Inner {
                 // A failure turns the database read-only, and the loop below then waits.
                 let _ = self.note(wal.prepare_next());
             }
-            let failed = self.failure.lock().is_some();
+            let failed = self.failure.is_tripped();
             if failed || !self.index.background_work() {
                 // Idle for a while: the free space kept for reuse in place goes back to the file
                 // system (not at every pause between jobs, which would undo the reserve).

@@ -49,6 +49,47 @@ pub enum Error {
 /// Shorthand used throughout woods.
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The first failure of a database's writes, once there is one: the database is read-only from
+/// then on. The page file trips it on a failed write or sync before the error reaches the
+/// caller, so that no other thread commits work built on the lost write meanwhile (the
+/// manifest refuses every commit once it is tripped).
+#[derive(Default)]
+pub struct Latch {
+    cause: parking_lot::Mutex<Option<String>>,
+}
+
+impl Latch {
+    /// Records `e` as the cause, unless an earlier failure is already recorded.
+    pub fn trip(&self, e: &Error) {
+        let mut c = self.cause.lock();
+        if c.is_none() {
+            *c = Some(e.to_string());
+        }
+    }
+
+    /// Passes `r` through, tripping the latch when it is an error.
+    pub fn note<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            self.trip(e);
+        }
+        r
+    }
+
+    pub fn is_tripped(&self) -> bool {
+        self.cause.lock().is_some()
+    }
+
+    /// `ReadOnly` with the first failure's cause once tripped.
+    pub fn check(&self) -> Result<()> {
+        match &*self.cause.lock() {
+            Some(cause) => Err(Error::ReadOnly {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Error {
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         Error::Io {

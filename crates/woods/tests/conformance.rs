@@ -421,12 +421,15 @@ fn fault_test(kind: IndexKind) {
             ..small_options(&kind)
         };
         let db = Db::open(&dir, opts.clone()).expect("open");
+        let fail_op = rng.gen_range(0..3_000);
         fs.set_plan(FaultPlan {
-            fail_op: Some(rng.gen_range(0..3_000)),
+            fail_op: Some(fail_op),
             sticky: false,
         });
         let mut model = Model::new();
         let mut failed = false;
+        // What failed, for the message when the contents differ.
+        let mut failure = String::from("nothing failed");
         // The write that failed may or may not have reached the log.
         let mut failed_write: Option<(Vec<u8>, Vec<u8>)> = None;
         for j in 0..20_000u64 {
@@ -447,8 +450,9 @@ fn fault_test(kind: IndexKind) {
                     );
                     model.insert(k, v);
                 }
-                Err(_) => {
+                Err(e) => {
                     failed = true;
+                    failure = format!("write {j} failed: {e}");
                     failed_write = Some((k.clone(), v.clone()));
                     // Read-only from now on.
                     match db.put(b"x", b"y") {
@@ -460,9 +464,12 @@ fn fault_test(kind: IndexKind) {
                     break;
                 }
             }
-            if j % 500 == 0 && rng.gen_bool(0.3) && db.flush().is_err() {
-                failed = true;
-                break;
+            if j % 500 == 0 && rng.gen_bool(0.3) {
+                if let Err(e) = db.flush() {
+                    failed = true;
+                    failure = format!("flush after write {j} failed: {e}");
+                    break;
+                }
             }
         }
         assert!(
@@ -486,10 +493,42 @@ fn fault_test(kind: IndexKind) {
         }
         assert!(
             got == model || got == with_failed,
-            "{name} seed {seed} round {round}: contents differ after fault"
+            "{name} seed {seed} round {round}: contents differ after fault ({failure}; \
+             fault at operation {fail_op}): {}",
+            model_diff(&model, &got)
         );
         db.close().expect("close");
     }
+}
+
+/// How `got` differs from `want`: counts of missing, extra and changed keys, with the first
+/// few of each.
+fn model_diff(want: &Model, got: &Model) -> String {
+    let missing: Vec<_> = want.keys().filter(|k| !got.contains_key(*k)).collect();
+    let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+    let changed: Vec<_> = want
+        .iter()
+        .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+        .map(|(k, _)| k)
+        .collect();
+    let show = |ks: &[&Vec<u8>]| {
+        ks.iter()
+            .take(4)
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "{} keys wanted, {} got; {} missing [{}], {} extra [{}], {} changed [{}]",
+        want.len(),
+        got.len(),
+        missing.len(),
+        show(&missing),
+        extra.len(),
+        show(&extra),
+        changed.len(),
+        show(&changed)
+    )
 }
 
 /// A flipped byte in data pages gives corruption errors, never a panic or a wrong value.

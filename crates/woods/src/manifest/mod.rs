@@ -19,7 +19,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::entry::codec::{self, Reader};
-use crate::error::{Error, Result};
+use crate::error::{Error, Latch, Result};
 use crate::storage::{Extent, File, Fs, IoCounters, OpenMode, Purpose};
 use crate::wal::{frame_record, next_record, NextRecord};
 
@@ -105,6 +105,9 @@ struct Inner {
     /// Framed size of the live log's snapshot record.
     snapshot_len: u64,
     poisoned: Option<String>,
+    /// The database's failure: once tripped, no commit is made (one could record work built
+    /// on a write that failed).
+    refuse_after: Option<Arc<Latch>>,
 }
 
 /// The atomic metadata store of one database. `Send + Sync`; commits are serialised.
@@ -599,6 +602,7 @@ impl Manifest {
                 torn_tail: false,
                 snapshot_len: log_len - MANIFEST_HEADER_LEN as u64,
                 poisoned: None,
+                refuse_after: None,
             }),
         })
     }
@@ -697,6 +701,7 @@ impl Manifest {
                 torn_tail: loaded.torn_tail,
                 snapshot_len: loaded.snapshot_len,
                 poisoned: None,
+                refuse_after: None,
             }),
         };
         Ok((manifest, state))
@@ -770,6 +775,9 @@ impl Manifest {
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         Self::check_poisoned(inner)?;
+        if let Some(failure) = &inner.refuse_after {
+            failure.check()?;
+        }
         let mut allocated = inner.allocated.clone();
         apply_extents(&mut allocated, &c, &|| "manifest commit".to_string())?;
         let delta = encode_delta(&c);
@@ -799,6 +807,11 @@ impl Manifest {
         inner.allocated = allocated;
         inner.commits += 1;
         Ok(())
+    }
+
+    /// Refuses every commit from when `failure` is tripped on.
+    pub fn refuse_commits_after(&self, failure: Arc<Latch>) {
+        self.inner.lock().refuse_after = Some(failure);
     }
 
     /// A copy of the current state (that of the last successful commit).

@@ -584,3 +584,45 @@ fn manifest_helpers_never_panic_on_garbage() {
         let _ = load_log("test", &log);
     }
 }
+
+/// Once the page file's failure latch is tripped (a failed write of the data file), the manifest
+/// refuses every commit: work built on the lost write is never made durable, whichever thread
+/// would commit it.
+#[test]
+fn manifest_refuses_commits_after_a_failed_data_file_write() {
+    use crate::storage::{AlignedBuf, PAGE_SIZE};
+    use crate::testutil::fault_ctx;
+
+    let fs = FaultFs::new();
+    let ctx = fault_ctx(&fs, 64 << 10);
+    ctx.manifest
+        .refuse_commits_after(ctx.store.failure().clone());
+    let commit = |seq: u64, start: u64| Commit {
+        index_meta: vec![seq as u8],
+        durable_seq: seq,
+        added: vec![ext(start, 1)],
+        freed: vec![],
+    };
+    let mut page = AlignedBuf::zeroed(PAGE_SIZE);
+    ctx.store
+        .write(1, &mut page, Purpose::Merge)
+        .expect("write before the fault");
+    ctx.manifest
+        .commit(commit(1, 1))
+        .expect("commit before the fault");
+    fs.set_plan(FaultPlan {
+        fail_op: Some(0),
+        sticky: false,
+    });
+    assert!(ctx.store.write(2, &mut page, Purpose::Merge).is_err());
+    // The fault was not sticky: the write would succeed now, and the commit still must not.
+    ctx.store
+        .write(2, &mut page, Purpose::Merge)
+        .expect("write after the fault");
+    match ctx.manifest.commit(commit(2, 2)) {
+        Err(Error::ReadOnly { cause }) => assert!(cause.contains("injected fault"), "{cause}"),
+        other => panic!("commit after a failed write: {other:?}"),
+    }
+    let state = ctx.manifest.state();
+    assert_eq!((state.durable_seq, state.index_meta), (1, vec![1]));
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::io::{IoQueue, Pending};
 use super::{AlignedBuf, Allocator, Extent, File, IoCounters, Purpose};
 use crate::cache::{Cache, PageRef};
-use crate::error::{Error, Result};
+use crate::error::{Error, Latch, Result};
 
 /// Bytes per page.
 pub const PAGE_SIZE: usize = 4096;
@@ -25,6 +25,8 @@ pub struct PageFile {
     io: IoQueue,
     /// Reads handed to the I/O threads so far.
     reads_behind: AtomicU64,
+    /// Tripped by the first failed write or sync.
+    failure: Arc<Latch>,
 }
 
 /// A finished background request: its result and the buffer it was given.
@@ -55,7 +57,13 @@ impl PageFile {
             counters,
             io: IoQueue::default(),
             reads_behind: AtomicU64::new(0),
+            failure: Arc::new(Latch::default()),
         }
+    }
+
+    /// The latch the first failed write or sync of this file trips (the database's failure).
+    pub fn failure(&self) -> &Arc<Latch> {
+        &self.failure
     }
 
     pub fn alloc(&self) -> &Allocator {
@@ -136,7 +144,13 @@ impl PageFile {
     pub fn write(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
         self.invalidate(start, buf.len() / PAGE_SIZE);
         seal_pages(start, buf);
-        write_sealed(&*self.file, &self.counters, start, buf, purpose)
+        self.failure.note(write_sealed(
+            &*self.file,
+            &self.counters,
+            start,
+            buf,
+            purpose,
+        ))
     }
 
     /// [`write`](PageFile::write) of the first `len` bytes of `buf`, done on one of the page
@@ -155,8 +169,9 @@ impl PageFile {
         // Sealed here, so that the I/O thread only waits for the device.
         seal_pages(start, &mut buf[..len]);
         let (file, counters) = (self.file.clone(), self.counters.clone());
+        let failure = self.failure.clone();
         self.io.submit(move || {
-            let r = write_sealed(&*file, &counters, start, &buf[..len], purpose);
+            let r = failure.note(write_sealed(&*file, &counters, start, &buf[..len], purpose));
             (r, buf)
         })
     }
@@ -194,7 +209,7 @@ impl PageFile {
 
     pub fn sync(&self) -> Result<()> {
         self.counters.record_sync();
-        self.file.sync()
+        self.failure.note(self.file.sync())
     }
 
     pub fn file_len(&self) -> Result<u64> {

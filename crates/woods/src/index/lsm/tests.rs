@@ -3,19 +3,15 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::path::Path;
 use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use crate::cache::Cache;
-use crate::index::Snapshots;
-use crate::manifest::Manifest;
 use crate::merge::{resolve, Resolver};
-use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PageFile};
-use crate::testutil::seed;
+use crate::storage::FaultFs;
+use crate::testutil::{fault_ctx, reopen_fault_ctx, seed};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -31,55 +27,12 @@ fn params() -> LsmParams {
     }
 }
 
-fn open_file(fs: &FaultFs) -> Arc<dyn crate::storage::File> {
-    fs.open(
-        Path::new("/db/data"),
-        OpenMode {
-            create: true,
-            direct: false,
-        },
-    )
-    .unwrap()
-}
-
 fn new_ctx(fs: &FaultFs) -> IndexContext {
-    fs.create_dir_all(Path::new("/db")).unwrap();
-    let io = Arc::new(IoCounters::default());
-    let manifest = Manifest::create(
-        Arc::new(fs.clone()),
-        Path::new("/db"),
-        4096,
-        64,
-        b"cfg".to_vec(),
-        io.clone(),
-    )
-    .unwrap();
-    let store = PageFile::new(open_file(fs), Cache::new(4 << 20), Allocator::new(1), io);
-    IndexContext {
-        store: Arc::new(store),
-        manifest: Arc::new(manifest),
-        snapshots: Arc::new(Snapshots::default()),
-        merge_op: None,
-        dir: "/db".into(),
-        memtable_bytes: 64 << 10,
-    }
+    fault_ctx(fs, 64 << 10)
 }
 
 fn reopen_ctx(fs: &FaultFs) -> (IndexContext, crate::manifest::ManifestState) {
-    let io = Arc::new(IoCounters::default());
-    let (manifest, state) =
-        Manifest::open(Arc::new(fs.clone()), Path::new("/db"), io.clone()).unwrap();
-    let alloc = Allocator::from_allocated(1, &state.allocated);
-    let store = PageFile::new(open_file(fs), Cache::new(4 << 20), alloc, io);
-    let ctx = IndexContext {
-        store: Arc::new(store),
-        manifest: Arc::new(manifest),
-        snapshots: Arc::new(Snapshots::default()),
-        merge_op: None,
-        dir: "/db".into(),
-        memtable_bytes: 64 << 10,
-    };
-    (ctx, state)
+    reopen_fault_ctx(fs, 64 << 10)
 }
 
 fn get(lsm: &Lsm, key: &[u8], seq: u64) -> Option<Vec<u8>> {

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::path::Path;
 use std::sync::Arc;
 
 use rand::rngs::SmallRng;
@@ -13,27 +12,13 @@ use rand::{Rng, SeedableRng};
 use super::policy::{argmax_child, settle, Action};
 use super::version::{decode_meta, Phase};
 use super::*;
-use crate::cache::Cache;
-use crate::index::Snapshots;
-use crate::manifest::Manifest;
 use crate::memtable::ENTRY_OVERHEAD;
 use crate::merge::{resolve, MergeIter, Resolver};
-use crate::storage::{Allocator, FaultFs, Fs, IoCounters, OpenMode, PageFile};
+use crate::storage::{FaultFs, PageFile};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
-use crate::testutil::seed;
-
-fn open_file(fs: &FaultFs) -> Arc<dyn crate::storage::File> {
-    fs.open(
-        Path::new("/db/data"),
-        OpenMode {
-            create: true,
-            direct: false,
-        },
-    )
-    .unwrap()
-}
+use crate::testutil::{fault_ctx, reopen_fault_ctx, seed};
 
 /// An index of its own on a fault-injecting file system, driven the way the Db drives it.
 struct Harness {
@@ -60,26 +45,7 @@ impl Harness {
 
     fn with_order(sigma: u64, p: NbTreeParams, split_in_merge: bool) -> Harness {
         let fs = FaultFs::new();
-        fs.create_dir_all(Path::new("/db")).unwrap();
-        let io = Arc::new(IoCounters::default());
-        let manifest = Manifest::create(
-            Arc::new(fs.clone()),
-            Path::new("/db"),
-            4096,
-            64,
-            b"cfg".to_vec(),
-            io.clone(),
-        )
-        .unwrap();
-        let store = PageFile::new(open_file(&fs), Cache::new(4 << 20), Allocator::new(1), io);
-        let ctx = IndexContext {
-            store: Arc::new(store),
-            manifest: Arc::new(manifest),
-            snapshots: Arc::new(Snapshots::default()),
-            merge_op: None,
-            dir: "/db".into(),
-            memtable_bytes: sigma,
-        };
+        let ctx = fault_ctx(&fs, sigma);
         let tree = NbTree::open_with(ctx.clone(), p.clone(), &[], 0, split_in_merge).unwrap();
         Harness {
             fs,
@@ -95,19 +61,8 @@ impl Harness {
     fn reopen(&mut self) {
         // As a crash would: nothing more is committed by the tree being replaced.
         self.tree.stop();
-        let io = Arc::new(IoCounters::default());
-        let (manifest, state) =
-            Manifest::open(Arc::new(self.fs.clone()), Path::new("/db"), io.clone()).unwrap();
-        let alloc = Allocator::from_allocated(1, &state.allocated);
-        let store = PageFile::new(open_file(&self.fs), Cache::new(4 << 20), alloc, io);
-        self.ctx = IndexContext {
-            store: Arc::new(store),
-            manifest: Arc::new(manifest),
-            snapshots: Arc::new(Snapshots::default()),
-            merge_op: None,
-            dir: "/db".into(),
-            memtable_bytes: self.ctx.memtable_bytes,
-        };
+        let (ctx, state) = reopen_fault_ctx(&self.fs, self.ctx.memtable_bytes);
+        self.ctx = ctx;
         self.tree = NbTree::open_with(
             self.ctx.clone(),
             self.params.clone(),

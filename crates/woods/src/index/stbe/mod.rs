@@ -530,7 +530,17 @@ impl Shared {
         };
         let mut done = 0;
         if let Some(build) = &mut inc.build {
-            let (n, finished) = build.step(budget)?;
+            // A failed step took entries from the memtable's iterator, and a failed finish
+            // consumed the build: the incorporation starts again from the memtable rather than
+            // go on without them (the Db is read-only after the error anyway, and the manifest
+            // commits nothing once the page file's write failed).
+            let (n, finished) = match build.step(budget) {
+                Ok(r) => r,
+                Err(e) => {
+                    *guard = None;
+                    return Err(e);
+                }
+            };
             done += n;
             self.sub_queue_units(n);
             if !finished {
@@ -538,9 +548,13 @@ impl Shared {
             }
             if let Some(b) = inc.build.take() {
                 let t = std::time::Instant::now();
-                let out = b
-                    .finish()?
-                    .map(|(run, sample)| self.new_branch(run, sample));
+                let out = match b.finish() {
+                    Ok(out) => out.map(|(run, sample)| self.new_branch(run, sample)),
+                    Err(e) => {
+                        *guard = None;
+                        return Err(e);
+                    }
+                };
                 note_max(&self.counters.max_finish_us, t);
                 if let Some(b) = &out {
                     self.counters.bytes_incorporated.fetch_add(
