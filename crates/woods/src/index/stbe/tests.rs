@@ -797,3 +797,39 @@ fn every_install_keeps_every_answer_and_settles_within_the_limits() {
     walk(&last.root, &l);
     h.index.check().expect("check");
 }
+
+/// A memtable's incorporation whose step fails (a page write of its branch) is not resumed:
+/// a later call of `work` (as another thread's would be, before the Db turns read-only) builds
+/// the memtable again from its start, and nothing is lost. (Before, every later call failed:
+/// the run builder refuses to go on after a failure, so the memtable was never incorporated.)
+#[test]
+fn work_after_a_failed_incorporation_step_loses_none_of_its_entries() {
+    use crate::storage::FaultPlan;
+
+    let mut h = Harness::new(small_params(4), 1 << 30);
+    for i in 0..4_000 {
+        let v = format!("value {i}").repeat(4);
+        h.write(Kind::Put, &key(i), v.as_bytes());
+    }
+    let mem = std::mem::replace(&mut h.mem, Arc::new(Memtable::new(0)));
+    h.index.absorb(mem).expect("absorb");
+    h.index.work(4096).expect("a first step");
+    // The next page write fails.
+    h.fs.set_plan(FaultPlan {
+        fail_op: Some(0),
+        sticky: false,
+    });
+    let mut failed = false;
+    for _ in 0..10_000 {
+        if h.index.work(4096).is_err() {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "the injected fault went unreported");
+    assert_eq!(h.fs.injected(), 1);
+    h.make_durable();
+    h.assert_matches_model("after the failed step");
+    h.reopen();
+    h.assert_matches_model("reopened after the failed step");
+}
