@@ -34,8 +34,9 @@ fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
 }
 
 impl RedbEngine {
-    /// Opens (or creates) `bench.redb` in `dir` with a cache of the whole budget (redb's one
-    /// cache holds its write buffer too, at most half of it). redb has no log: each put is a
+    /// Opens (or creates) `bench.redb` in `dir` with a cache of the budget's cache share (redb's
+    /// one cache holds its write buffer too, at most half of it; at the whole budget, redb's
+    /// memory beyond its cache took it past the budget's cgroup). redb has no log: each put is a
     /// write transaction committed with `Durability::None` (nothing synced; see
     /// docs/benchmarks.md for why this is the comparable setting) except one a second, which is
     /// `Durability::Immediate`, or with `cfg.sync` every one `Immediate` (the file synced at
@@ -44,7 +45,7 @@ impl RedbEngine {
         std::fs::create_dir_all(dir)
             .map_err(|e| BenchError::new(format!("creating {}: {e}", dir.display())))?;
         let db = Database::builder()
-            .set_cache_size(cfg.memory_bytes as usize)
+            .set_cache_size(cfg.split().cache_bytes as usize)
             .create(dir.join(FILE))
             .map_err(|e| err("open", e))?;
         // The table exists from the start, so that a get before any put finds it empty.
