@@ -10,8 +10,8 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::{self, CgroupParent, Enforcement};
-use crate::child::{child_main_with, run_in_child_with, ChildSetup};
-use crate::engine::{self, EngineConfig, ExtraEngines};
+use crate::child::{child_main_with, run_in_child_with, ChildFailure, ChildSetup};
+use crate::engine::{self, BenchError, EngineConfig, ExtraEngines};
 use crate::machine::{self, Machine};
 use crate::output;
 use crate::report;
@@ -781,30 +781,18 @@ fn run_parent(
             memory.page_cache_dropped,
         ) {
             Ok(r) => {
-                if let Some(v) = &r.version {
-                    let _ = writeln!(err, "  {name}: {v}");
-                }
-                for p in &r.phases {
-                    let _ = writeln!(
-                        err,
-                        "  {name} {}: {} ops in {:.2} s, {:.0} ops/s, direct I/O {}{}",
-                        p.workload.name(),
-                        p.ops,
-                        p.secs,
-                        p.ops_per_sec,
-                        if p.direct_io { "on" } else { "off" },
-                        p.memory_peak_bytes.map_or(String::new(), |b| format!(
-                            ", peak memory {} of {}",
-                            report::bytes(b as f64),
-                            report::bytes(limit as f64)
-                        )),
-                    );
-                }
+                report_phases(&mut err, name, &r, limit);
                 results.push(r);
             }
-            Err(e) => {
-                let _ = writeln!(err, "woods bench: {name} FAILED: {e}");
-                failures.push((name.clone(), e));
+            Err(f) => {
+                let _ = writeln!(err, "woods bench: {name} FAILED: {f}");
+                if let Some(r) = f.finished {
+                    // What it finished is a result: its phases go in the table and the files,
+                    // and the failure is listed beside them.
+                    report_phases(&mut err, name, &r, limit);
+                    results.push(*r);
+                }
+                failures.push((name.clone(), f.error.to_string()));
             }
         }
         if !args.keep {
@@ -901,6 +889,29 @@ fn run_parent(
     Ok(failures.is_empty())
 }
 
+/// The stderr lines of an engine's finished phases: version, then a line a phase.
+fn report_phases(err: &mut impl Write, name: &str, r: &EngineResult, limit: u64) {
+    if let Some(v) = &r.version {
+        let _ = writeln!(err, "  {name}: {v}");
+    }
+    for p in &r.phases {
+        let _ = writeln!(
+            err,
+            "  {name} {}: {} ops in {:.2} s, {:.0} ops/s, direct I/O {}{}",
+            p.workload.name(),
+            p.ops,
+            p.secs,
+            p.ops_per_sec,
+            if p.direct_io { "on" } else { "off" },
+            p.memory_peak_bytes.map_or(String::new(), |b| format!(
+                ", peak memory {} of {}",
+                report::bytes(b as f64),
+                report::bytes(limit as f64)
+            )),
+        );
+    }
+}
+
 /// The device cross-check of write amplification, under the table: a warning for every phase
 /// whose device wrote less than /proc says its engine's process wrote, why the device could not
 /// be read, or that it saw enough.
@@ -943,8 +954,17 @@ fn run_engine(
     cgroups: &Result<CgroupParent, String>,
     limit: u64,
     drop_caches: bool,
-) -> Result<EngineResult, String> {
-    let mut r = match cgroups {
+) -> Result<EngineResult, ChildFailure> {
+    let finish = |mut r: EngineResult, enforcement: Enforcement, limit: Option<u64>| {
+        r.enforcement = enforcement;
+        r.cgroup_limit_bytes = limit;
+        let enforced = r.enforcement.enforced();
+        for p in &mut r.phases {
+            p.cache_assisted = !enforced && !p.direct_io;
+        }
+        r
+    };
+    match cgroups {
         Ok(parent) => {
             let name = format!(
                 "woods-bench-{}-{}",
@@ -952,40 +972,51 @@ fn run_engine(
                 spec.engine.replace(':', "-")
             );
             let group = parent.create(&name, limit).map_err(|e| {
-                format!(
+                BenchError::new(format!(
                     "cannot make its memory cgroup {}: {e}",
                     parent.dir.join(&name).display()
-                )
+                ))
             })?;
             let setup = ChildSetup {
                 wait_for_go: true,
                 drop_caches: false,
                 cgroup: Some(group.handle()),
+                die_before_phase: None,
             };
             let result = run_in_child_with(exe, prefix, spec, &setup, Some(&group));
             let dir = group.dir().to_path_buf();
             if let Err(e) = group.remove() {
                 eprintln!("woods bench: warning: cannot remove {}: {e}", dir.display());
             }
-            let mut r = result.map_err(|e| e.to_string())?;
-            r.enforcement = parent.version.enforcement();
-            r.cgroup_limit_bytes = Some(limit);
-            r
+            let enforcement = parent.version.enforcement();
+            match result {
+                Ok(r) => Ok(finish(r, enforcement, Some(limit))),
+                Err(f) => Err(ChildFailure {
+                    error: f.error,
+                    finished: f
+                        .finished
+                        .map(|r| Box::new(finish(*r, enforcement, Some(limit)))),
+                }),
+            }
         }
         Err(_) => {
             let setup = ChildSetup {
                 wait_for_go: false,
                 drop_caches,
                 cgroup: None,
+                die_before_phase: None,
             };
-            run_in_child_with(exe, prefix, spec, &setup, None).map_err(|e| e.to_string())?
+            match run_in_child_with(exe, prefix, spec, &setup, None) {
+                Ok(r) => Ok(finish(r, Enforcement::None, None)),
+                Err(f) => Err(ChildFailure {
+                    error: f.error,
+                    finished: f
+                        .finished
+                        .map(|r| Box::new(finish(*r, Enforcement::None, None))),
+                }),
+            }
         }
-    };
-    let enforced = r.enforcement.enforced();
-    for p in &mut r.phases {
-        p.cache_assisted = !enforced && !p.direct_io;
     }
-    Ok(r)
 }
 
 #[cfg(test)]

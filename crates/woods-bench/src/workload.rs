@@ -604,6 +604,8 @@ pub trait PhaseHooks {
     }
     /// After the phase closed the engine, with its figures.
     fn after_phase(&self, _result: &mut PhaseResult) {}
+    /// The phase's figures are final (checked), with the engine's version where known.
+    fn phase_done(&self, _result: &PhaseResult, _version: Option<&str>) {}
 }
 
 /// No hooks.
@@ -664,6 +666,7 @@ pub fn run_with_hooks(
         if spec.engine.starts_with("woods:") {
             cross_check(&spec.engine, &r)?;
         }
+        hooks.phase_done(&r, version.as_deref());
         phases.push(r);
     }
     Ok(EngineResult {

@@ -283,3 +283,53 @@ fn engine_from_another_binary() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not an executable file"));
 }
+
+/// A child that dies in a later phase (as one OOM-killed in its memory cgroup does) still gives
+/// the phases it finished, with the error; the bench reports both.
+#[test]
+fn a_child_that_dies_gives_the_phases_it_finished() {
+    use woods_bench::child::{run_in_child_with, ChildSetup};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = "woods:lsm";
+    let phases = vec![
+        Phase {
+            workload: Workload::FillRandom,
+            ops: 0,
+        },
+        Phase {
+            workload: Workload::ReadRandom,
+            ops: READS,
+        },
+        Phase {
+            workload: Workload::Overwrite,
+            ops: OVERWRITES,
+        },
+    ];
+    let config = EngineConfig::new(2 << 20, true);
+    let spec = RunSpec::new(engine, tmp.path().join("lsm"), config, phases, RECORDS);
+    let setup = ChildSetup {
+        die_before_phase: Some(2),
+        ..ChildSetup::default()
+    };
+    let failure = run_in_child_with(exe(), &[], &spec, &setup, None)
+        .expect_err("the child aborts before its third phase");
+    let text = failure.to_string();
+    assert!(text.contains("killed by signal"), "{text}");
+    assert!(text.contains("fillrandom, readrandom"), "{text}");
+    let r = failure.finished.expect("the two phases it finished");
+    assert_eq!(r.engine, engine);
+    let names: Vec<Workload> = r.phases.iter().map(|p| p.workload).collect();
+    assert_eq!(names, [Workload::FillRandom, Workload::ReadRandom]);
+    assert_eq!(r.phases[0].ops, RECORDS);
+    assert_eq!(r.phases[1].checked, READS, "every read is checked");
+
+    // Dying before the first phase gives none.
+    let setup = ChildSetup {
+        die_before_phase: Some(0),
+        ..ChildSetup::default()
+    };
+    let failure = run_in_child_with(exe(), &[], &spec, &setup, None)
+        .expect_err("the child aborts before its first phase");
+    assert!(failure.finished.is_none());
+}
