@@ -955,16 +955,7 @@ fn run_engine(
     limit: u64,
     drop_caches: bool,
 ) -> Result<EngineResult, ChildFailure> {
-    let finish = |mut r: EngineResult, enforcement: Enforcement, limit: Option<u64>| {
-        r.enforcement = enforcement;
-        r.cgroup_limit_bytes = limit;
-        let enforced = r.enforcement.enforced();
-        for p in &mut r.phases {
-            p.cache_assisted = !enforced && !p.direct_io;
-        }
-        r
-    };
-    match cgroups {
+    let (result, enforcement, limit) = match cgroups {
         Ok(parent) => {
             let name = format!(
                 "woods-bench-{}-{}",
@@ -988,16 +979,7 @@ fn run_engine(
             if let Err(e) = group.remove() {
                 eprintln!("woods bench: warning: cannot remove {}: {e}", dir.display());
             }
-            let enforcement = parent.version.enforcement();
-            match result {
-                Ok(r) => Ok(finish(r, enforcement, Some(limit))),
-                Err(f) => Err(ChildFailure {
-                    error: f.error,
-                    finished: f
-                        .finished
-                        .map(|r| Box::new(finish(*r, enforcement, Some(limit)))),
-                }),
-            }
+            (result, parent.version.enforcement(), Some(limit))
         }
         Err(_) => {
             let setup = ChildSetup {
@@ -1006,17 +988,24 @@ fn run_engine(
                 cgroup: None,
                 die_before_phase: None,
             };
-            match run_in_child_with(exe, prefix, spec, &setup, None) {
-                Ok(r) => Ok(finish(r, Enforcement::None, None)),
-                Err(f) => Err(ChildFailure {
-                    error: f.error,
-                    finished: f
-                        .finished
-                        .map(|r| Box::new(finish(*r, Enforcement::None, None))),
-                }),
-            }
+            let result = run_in_child_with(exe, prefix, spec, &setup, None);
+            (result, Enforcement::None, None)
         }
-    }
+    };
+    // The finished phases of a failed child are labelled as a whole run's are.
+    let label = |mut r: EngineResult| {
+        r.enforcement = enforcement;
+        r.cgroup_limit_bytes = limit;
+        let enforced = r.enforcement.enforced();
+        for p in &mut r.phases {
+            p.cache_assisted = !enforced && !p.direct_io;
+        }
+        r
+    };
+    result.map(label).map_err(|f| ChildFailure {
+        error: f.error,
+        finished: f.finished.map(|r| Box::new(label(*r))),
+    })
 }
 
 #[cfg(test)]
