@@ -125,6 +125,13 @@ struct Inner {
     /// wait on it).
     progress_lock: Mutex<()>,
     progress_cv: Condvar,
+    /// Writers inside a pacing wait, from before it starts until they run again after it.
+    pacing_writers: AtomicU64,
+    /// When the earliest of those waits ends, in nanoseconds since `epoch` (0 once a background
+    /// thread has woken the writers, `u64::MAX` when none waits). From then until the writers
+    /// run again, background threads give up their processor after every step.
+    pace_due: AtomicU64,
+    epoch: Instant,
     counters: Counters,
     /// Pacing credit owed by writers but not yet worked off.
     pace_owed: AtomicU64,
@@ -358,6 +365,9 @@ impl Db {
             work_cv: Condvar::new(),
             progress_lock: Mutex::new(()),
             progress_cv: Condvar::new(),
+            pacing_writers: AtomicU64::new(0),
+            pace_due: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
             counters: Counters::default(),
             pace_owed: AtomicU64::new(0),
             sched_debt: AtomicU64::new(0),
@@ -847,9 +857,19 @@ impl Inner {
             // doing the work itself (a step is mostly I/O and may take milliseconds). Writers
             // held back this way fall behind no further than background work does; whatever is
             // still owed when the memtable fills is done at the rotation, as without threads.
-            let mut g = self.progress_lock.lock();
-            self.work_cv.notify_all();
-            self.progress_cv.wait_for(&mut g, PACE_WAIT);
+            self.pacing_writers.fetch_add(1, Ordering::Relaxed);
+            let due = elapsed_ns(self.epoch).saturating_add(PACE_WAIT.as_nanos() as u64);
+            self.pace_due.fetch_min(due, Ordering::Relaxed);
+            {
+                let mut g = self.progress_lock.lock();
+                self.work_cv.notify_all();
+                self.progress_cv.wait_for(&mut g, PACE_WAIT);
+            }
+            if self.pacing_writers.fetch_sub(1, Ordering::Relaxed) == 1 {
+                // (A writer starting a wait just now may lose its due time here; background
+                // threads then only yield to it once they wake it.)
+                self.pace_due.store(u64::MAX, Ordering::Relaxed);
+            }
         } else {
             self.do_work(take)?;
         }
@@ -1056,6 +1076,16 @@ impl Inner {
             // Errors turn the database read-only inside do_work.
             let _ = self.do_work(self.step_bytes());
             if self.index.debt() > 0 && woke.elapsed() < WAKE_EVERY {
+                if self.pacing_writers.load(Ordering::Relaxed) > 0
+                    && elapsed_ns(self.epoch) >= self.pace_due.load(Ordering::Relaxed)
+                {
+                    // A writer woken from its pacing wait (by another background thread or its
+                    // timer) may be queued for this processor. Without the yield it waited there
+                    // up to 5 ms on two processors (its run-queue delay in
+                    // /proc/thread-self/schedstat was nearly the whole wait), long after the
+                    // step that woke it had ended; docs/engine.md, *Write path*.
+                    std::thread::yield_now();
+                }
                 continue;
             }
             woke = Instant::now();
@@ -1064,6 +1094,7 @@ impl Inner {
                 self.progress_cv.notify_all()
             };
             if woken > 0 {
+                self.pace_due.store(0, Ordering::Relaxed);
                 // A writer held back by pacing waits for this step: give it this processor
                 // now rather than when the scheduler next preempts this thread (on two
                 // processors a woken writer otherwise waited milliseconds for one).
