@@ -1091,10 +1091,15 @@ impl Inner {
             woke = Instant::now();
             let woken = {
                 let _g = self.progress_lock.lock();
-                self.progress_cv.notify_all()
+                let woken = self.progress_cv.notify_all();
+                if woken > 0 {
+                    // Under the lock, which the woken writers take again before they leave
+                    // their wait: the last of them resets the due time after this.
+                    self.pace_due.store(0, Ordering::Relaxed);
+                }
+                woken
             };
             if woken > 0 {
-                self.pace_due.store(0, Ordering::Relaxed);
                 // A writer held back by pacing waits for this step: give it this processor
                 // now rather than when the scheduler next preempts this thread (on two
                 // processors a woken writer otherwise waited milliseconds for one).
