@@ -1075,37 +1075,33 @@ impl Inner {
             idle_since = None;
             // Errors turn the database read-only inside do_work.
             let _ = self.do_work(self.step_bytes());
-            if self.index.debt() > 0 && woke.elapsed() < WAKE_EVERY {
-                if self.pacing_writers.load(Ordering::Relaxed) > 0
-                    && elapsed_ns(self.epoch) >= self.pace_due.load(Ordering::Relaxed)
-                {
-                    // A writer woken from its pacing wait (by another background thread or its
-                    // timer) may be queued for this processor. Without the yield it waited there
-                    // up to 5 ms on two processors (its run-queue delay in
-                    // /proc/thread-self/schedstat was nearly the whole wait), long after the
-                    // step that woke it had ended; docs/engine.md, *Write path*.
-                    std::thread::yield_now();
-                }
-                continue;
-            }
-            woke = Instant::now();
-            let woken = {
+            let mut woken = 0;
+            if self.index.debt() == 0 || woke.elapsed() >= WAKE_EVERY {
+                woke = Instant::now();
                 let _g = self.progress_lock.lock();
-                let woken = self.progress_cv.notify_all();
+                woken = self.progress_cv.notify_all();
                 if woken > 0 {
                     // Under the lock, which the woken writers take again before they leave
                     // their wait: the last of them resets the due time after this.
                     self.pace_due.store(0, Ordering::Relaxed);
                 }
-                woken
-            };
-            if woken > 0 {
-                // A writer held back by pacing waits for this step: give it this processor
-                // now rather than when the scheduler next preempts this thread (on two
-                // processors a woken writer otherwise waited milliseconds for one).
+            }
+            if woken > 0 || self.writer_due() {
+                // A writer woken from its pacing wait (by this thread, another one or its
+                // timer) may be queued for this processor: give it the processor now rather
+                // than when the scheduler next preempts this thread. Without the yield it
+                // waited there up to 5 ms on two processors (its run-queue delay in
+                // /proc/thread-self/schedstat was nearly the whole wait), long after the step
+                // that woke it had ended; docs/engine.md, *Write path*.
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// Whether a writer's pacing wait has ended (woken, or its time up) and it has not run since.
+    fn writer_due(&self) -> bool {
+        self.pacing_writers.load(Ordering::Relaxed) > 0
+            && elapsed_ns(self.epoch) >= self.pace_due.load(Ordering::Relaxed)
     }
 
     fn stats(&self) -> Stats {
