@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use crate::entry::codec::{self, Reader};
 use crate::error::{Error, Latch, Result};
 use crate::storage::{Extent, File, Fs, IoCounters, OpenMode, Purpose};
-use crate::wal::{frame_record, next_record, NextRecord};
+use crate::wal::{frame_record, next_record, NextRecord, RECORD_HEADER_LEN};
 
 /// Magic bytes at the start of every manifest log.
 pub const MANIFEST_MAGIC: [u8; 8] = *b"WOODSMAN";
@@ -41,6 +41,10 @@ pub const MAX_MANIFEST_RECORD: u32 = 1 << 30;
 pub const ROLLOVER_MIN_BYTES: u64 = 4 << 20;
 
 const TAG_SNAPSHOT: u8 = 1;
+
+/// What a user can do about a damaged `CURRENT` or manifest log.
+const REPAIR_HINT: &str =
+    "`Db::repair` (`woods repair DIR`) rebuilds CURRENT from the manifest logs that are there";
 const TAG_DELTA: u8 = 2;
 
 /// The file name of manifest log `number`.
@@ -48,7 +52,7 @@ pub fn manifest_file_name(number: u64) -> String {
     format!("MANIFEST-{number:06}")
 }
 
-fn parse_manifest_file_name(name: &str) -> Option<u64> {
+pub(crate) fn parse_manifest_file_name(name: &str) -> Option<u64> {
     let digits = name.strip_prefix("MANIFEST-")?;
     if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -73,6 +77,20 @@ pub struct ManifestState {
     pub extent_pages: u32,
     /// How many commits have been applied since the database was created.
     pub commits: u64,
+}
+
+/// One manifest log as [`Manifest::salvage`] read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Salvaged {
+    /// The log's number (`MANIFEST-{number:06}`).
+    pub number: u64,
+    /// Its state up to the first bad record.
+    pub state: ManifestState,
+    /// Byte offset of a damaged record that valid records follow (`None`: the log is whole, or
+    /// ends in a torn record, as a crash leaves it).
+    pub damaged_at: Option<u64>,
+    /// Valid records found after the damaged one: commits missing from `state`.
+    pub lost_records: u64,
 }
 
 /// One atomic change of the manifest state.
@@ -409,7 +427,8 @@ fn install_current(fs: &dyn Fs, dir: &Path, number: u64, counters: &IoCounters) 
     Ok(())
 }
 
-fn manifest_files(fs: &dyn Fs, dir: &Path) -> Vec<u64> {
+/// The numbers of the manifest logs in `dir`, ascending.
+pub(crate) fn manifest_files(fs: &dyn Fs, dir: &Path) -> Vec<u64> {
     let mut v: Vec<u64> = fs
         .list(dir)
         .unwrap_or_default()
@@ -449,9 +468,40 @@ struct Loaded {
     log_len: u64,
     torn_tail: bool,
     snapshot_len: u64,
+    /// Salvaging only: where the damaged record that valid records follow starts, and how many
+    /// valid records were found after it (their commits are not in `state`).
+    damage: Option<(u64, u64)>,
 }
 
-fn load_log(name: &str, buf: &[u8]) -> Result<Loaded> {
+/// What [`load_log`] does with a bad record that valid records follow.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnDamage {
+    /// It is corruption (opening a database).
+    Refuse,
+    /// Keep the state before it ([`Manifest::salvage`], for `woods repair`).
+    Salvage,
+}
+
+/// The valid records that start after byte `from` of `buf`: a crash while appending leaves a
+/// torn record with nothing valid after it, so a bad record that valid ones follow is damage.
+/// Every byte offset is tried, since the bad record's own length field may be what is damaged;
+/// the cost (a checksum per offset whose length field fits) is paid only after a bad record.
+fn valid_records_after(buf: &[u8], from: usize) -> u64 {
+    let mut count = 0;
+    let mut off = from;
+    while off + RECORD_HEADER_LEN <= buf.len() {
+        match next_record(buf, off, MAX_MANIFEST_RECORD) {
+            NextRecord::Record(_, next) => {
+                count += 1;
+                off = next;
+            }
+            _ => off += 1,
+        }
+    }
+    count
+}
+
+fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Loaded> {
     if buf.len() < MANIFEST_HEADER_LEN || buf[..8] != MANIFEST_MAGIC {
         return Err(Error::corruption(
             name,
@@ -477,6 +527,7 @@ fn load_log(name: &str, buf: &[u8]) -> Result<Loaded> {
     let mut off = MANIFEST_HEADER_LEN;
     let mut snapshot_len = 0;
     let mut index = 0u64;
+    let mut damage = None;
     let torn_tail = loop {
         let (payload, next) = match next_record(buf, off, MAX_MANIFEST_RECORD) {
             NextRecord::Record(payload, next) => (payload, next),
@@ -489,7 +540,26 @@ fn load_log(name: &str, buf: &[u8]) -> Result<Loaded> {
                     format!("snapshot record unreadable: {reason}"),
                 ))
             }
-            NextRecord::Torn(_) => break true,
+            NextRecord::Torn(reason) => {
+                let after = valid_records_after(buf, off + 1);
+                if after == 0 {
+                    // What a crash during the last commit leaves: treated as absent.
+                    break true;
+                }
+                if on_damage == OnDamage::Refuse {
+                    return Err(Error::corruption(
+                        name,
+                        None,
+                        format!(
+                            "record {index} at byte {off} is damaged ({reason}) but {after} valid \
+                             record(s) follow it: not a torn tail; {REPAIR_HINT} (keeping the \
+                             state before the damage)"
+                        ),
+                    ));
+                }
+                damage = Some((off as u64, after));
+                break true;
+            }
         };
         let what = || format!("{name} record {index} (byte {off})");
         let rec = decode_record(payload).map_err(|e| match e {
@@ -541,6 +611,7 @@ fn load_log(name: &str, buf: &[u8]) -> Result<Loaded> {
         log_len: off as u64,
         torn_tail,
         snapshot_len,
+        damage,
     })
 }
 
@@ -634,7 +705,7 @@ impl Manifest {
             } else {
                 format!(
                     "CURRENT is missing but {} manifest log(s) exist in {}: the database is damaged \
-                     or its creation was cut short",
+                     or its creation was cut short; {REPAIR_HINT}",
                     logs.len(),
                     dir.display()
                 )
@@ -651,7 +722,7 @@ impl Manifest {
                     "CURRENT",
                     None,
                     format!(
-                        "does not name a manifest log: {:?}",
+                        "does not name a manifest log: {:?}; {REPAIR_HINT}",
                         String::from_utf8_lossy(&text)
                     ),
                 )
@@ -662,11 +733,11 @@ impl Manifest {
             return Err(Error::corruption(
                 "manifest",
                 None,
-                format!("CURRENT names {name}, which is missing"),
+                format!("CURRENT names {name}, which is missing; {REPAIR_HINT}"),
             ));
         }
         let buf = read_whole(fs.as_ref(), &path, &counters)?;
-        let loaded = load_log(&name, &buf)?;
+        let loaded = load_log(&name, &buf, OnDamage::Refuse)?;
         let file = fs.open(
             &path,
             OpenMode {
@@ -705,6 +776,68 @@ impl Manifest {
             }),
         };
         Ok((manifest, state))
+    }
+
+    /// Reads every manifest log in `dir` without trusting `CURRENT`, for repair: each log's
+    /// state up to its first bad record, whether or not valid records follow it (those
+    /// commits are then missing from the state, and [`Salvaged::lost_records`] counts them).
+    /// Writes nothing. Logs whose header or snapshot is unreadable come back as errors.
+    pub fn salvage(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Vec<(u64, Result<Salvaged>)> {
+        manifest_files(fs, dir)
+            .into_iter()
+            .map(|number| {
+                let name = manifest_file_name(number);
+                let loaded = read_whole(fs, &dir.join(&name), counters)
+                    .and_then(|buf| load_log(&name, &buf, OnDamage::Salvage));
+                let salvaged = loaded.map(|l| Salvaged {
+                    number,
+                    state: l.state,
+                    damaged_at: l.damage.map(|(off, _)| off),
+                    lost_records: l.damage.map_or(0, |(_, n)| n),
+                });
+                (number, salvaged)
+            })
+            .collect()
+    }
+
+    /// Makes `state` the database's manifest, for repair: writes it as the snapshot of a new
+    /// log numbered above every log in `dir`, syncs it and points `CURRENT` at it (the commit
+    /// point), then renames every other log to `<name>.old` (kept for inspection; no longer
+    /// a manifest log). Returns the new log's number.
+    pub fn install(
+        fs: &dyn Fs,
+        dir: &Path,
+        state: &ManifestState,
+        counters: &IoCounters,
+    ) -> Result<u64> {
+        let logs = manifest_files(fs, dir);
+        let number = logs.last().copied().unwrap_or(0) + 1;
+        let allocated: BTreeMap<u64, u64> =
+            state.allocated.iter().map(|e| (e.start, e.pages)).collect();
+        let snapshot = encode_snapshot(
+            &state.config,
+            &state.index_meta,
+            state.durable_seq,
+            state.commits,
+            &allocated,
+        );
+        write_log(
+            fs,
+            dir,
+            number,
+            state.page_size,
+            state.extent_pages,
+            &snapshot,
+            counters,
+        )?;
+        install_current(fs, dir, number, counters)?;
+        for old in logs {
+            let name = manifest_file_name(old);
+            fs.rename(&dir.join(&name), &dir.join(format!("{name}.old")))?;
+        }
+        fs.sync_dir(dir)?;
+        counters.record_sync();
+        Ok(number)
     }
 
     fn check_poisoned(inner: &Inner) -> Result<()> {

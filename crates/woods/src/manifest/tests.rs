@@ -315,11 +315,11 @@ fn manifest_flipped_byte_in_tail_record_drops_just_that_record() {
         assert_eq!(open(&fs2).unwrap().1, states[last - 1]);
         assert!(fs2.flip_byte(&log_path(1), off));
     }
-    // A flipped byte in a middle record drops it and everything after (the log is a prefix).
-    assert!(fs.flip_byte(&log_path(1), ends[2] + 9));
-    let (m2, got) = open(&fs).unwrap();
-    assert_eq!(got, states[2]);
-    // The next commit cuts the bad bytes and appends after the valid prefix.
+    // A torn last record is cut by the next commit, which appends after the valid prefix.
+    let fs2 = fs.clone();
+    assert!(fs2.flip_byte(&log_path(1), ends[last] - 1));
+    let (m2, got) = open(&fs2).unwrap();
+    assert_eq!(got, states[last - 1]);
     let c = Commit {
         index_meta: b"x".to_vec(),
         durable_seq: 5,
@@ -327,10 +327,98 @@ fn manifest_flipped_byte_in_tail_record_drops_just_that_record() {
         freed: vec![],
     };
     m2.commit(c).unwrap();
-    assert!(fs.file_len(&log_path(1)).unwrap() < ends[last]);
+    assert!(fs2.file_len(&log_path(1)).unwrap() < ends[last]);
     let want = m2.state();
+    fs2.power_cut();
+    assert_eq!(open(&fs2).unwrap().1, want);
+}
+
+/// Regression (issue 17, item 3): a bad record in the middle of the log used to be taken for a
+/// torn tail, and the next commit cut every record after it, silently rolling the database
+/// back to a state whose extents may since have been reused. Only a bad record with no valid
+/// record after it is a torn tail; anything else is corruption, and salvage (for repair) keeps
+/// the state before the damage and counts the records lost after it.
+#[test]
+fn manifest_damaged_middle_record_is_corruption_not_a_torn_tail() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    let steps: Vec<Step> = history(6)
+        .into_iter()
+        .filter(|s| matches!(s, Step::Commit(_)))
+        .collect();
+    let mut states = vec![m.state()];
+    let mut ends = vec![fs.file_len(&log_path(1)).unwrap()];
+    for s in &steps {
+        run_step(&m, s).unwrap();
+        states.push(m.state());
+        ends.push(fs.file_len(&log_path(1)).unwrap());
+    }
+    drop(m);
+    let last = steps.len();
+    assert!(last >= 4, "the history has too few commits");
+    // The record after ends[2] (commit 3): its checksum, its length, its payload.
+    for off in [ends[2] + 1, ends[2] + 5, ends[2] + 9, ends[3] - 1] {
+        let fs2 = fs.clone();
+        assert!(fs2.flip_byte(&log_path(1), off));
+        match open(&fs2) {
+            Err(Error::Corruption { detail, .. }) => assert!(
+                detail.contains("valid record(s) follow"),
+                "flip at {off}: {detail}"
+            ),
+            Err(e) => panic!("flip at {off}: expected corruption, got {e}"),
+            Ok((_, st)) => panic!(
+                "flip at {off}: opened at commit {} of {last}, silently rolled back",
+                st.commits
+            ),
+        }
+        let salvaged = Manifest::salvage(&fs2, &dir(), &counters());
+        assert_eq!(salvaged.len(), 1);
+        let s = salvaged[0].1.as_ref().unwrap();
+        assert_eq!(s.state, states[2], "flip at {off}");
+        assert_eq!(s.damaged_at, Some(ends[2]), "flip at {off}");
+        assert_eq!(s.lost_records, (last - 3) as u64, "flip at {off}");
+        assert!(fs2.flip_byte(&log_path(1), off)); // flip back
+    }
+    assert_eq!(open(&fs).unwrap().1, states[last]);
+}
+
+/// Repair's building blocks: `install` makes a salvaged state the live manifest through a new
+/// log (the old ones renamed aside), and the result survives a power cut and takes commits.
+#[test]
+fn manifest_install_makes_a_state_current_durably() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    for s in history(8) {
+        run_step(&m, &s).unwrap();
+    }
+    let want = m.state();
+    let old = m.log_number();
+    drop(m);
+    fs.remove(&dir().join(CURRENT_FILE)).unwrap();
+    assert!(open(&fs).is_err());
+    let salvaged = Manifest::salvage(&fs, &dir(), &counters());
+    let s = salvaged
+        .iter()
+        .find(|(n, _)| *n == old)
+        .and_then(|(_, s)| s.as_ref().ok())
+        .unwrap();
+    assert_eq!(s.state, want);
+    let n = Manifest::install(&fs, &dir(), &s.state, &counters()).unwrap();
+    assert!(n > old);
     fs.power_cut();
-    assert_eq!(open(&fs).unwrap().1, want);
+    let (m2, got) = open(&fs).unwrap();
+    assert_eq!(got, want);
+    assert_eq!(m2.log_number(), n);
+    assert!(fs.exists(&dir().join(format!("{}.old", manifest_file_name(old)))));
+    m2.commit(Commit {
+        index_meta: b"after repair".to_vec(),
+        durable_seq: want.durable_seq + 1,
+        added: vec![],
+        freed: vec![],
+    })
+    .unwrap();
+    fs.power_cut();
+    assert_eq!(open(&fs).unwrap().1.index_meta, b"after repair".to_vec());
 }
 
 #[test]
@@ -581,7 +669,8 @@ fn manifest_helpers_never_panic_on_garbage() {
         let _ = decode_record(&buf);
         let mut log = manifest_header(4096, 1).to_vec();
         log.extend_from_slice(&frame_record(&buf));
-        let _ = load_log("test", &log);
+        let _ = load_log("test", &log, OnDamage::Refuse);
+        let _ = load_log("test", &log, OnDamage::Salvage);
     }
 }
 
