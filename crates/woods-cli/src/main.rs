@@ -26,6 +26,26 @@ Byte sizes (--cache-bytes, --memtable-bytes) accept a K, M or G suffix (powers o
 Exit status: 0 on success; 1 when `get` finds no value or `verify` finds a bad record;
 2 on any error (bad arguments, a database error, an I/O error), with the message on stderr.";
 
+const REPAIR_HELP: &str = "\
+Rebuild a database whose CURRENT file or manifest log is damaged or missing, from the manifest
+logs that are in DB. Opening such a database fails with an error that says what is missing:
+woods never creates a new database over one (a directory holding data.woods, MANIFEST-* or
+wal-* files but no CURRENT).
+
+Repair reads every manifest log without trusting CURRENT, each up to its first bad record, and
+tries their states newest first (most commits): the first whose index checks clean against the
+data file is written as a new manifest log, which CURRENT then names; the other logs are renamed
+*.old and kept for inspection. Only manifest files are written. A log damaged in the middle
+gives the state before the damage: the commits after it are reported lost, and so are writes
+that neither the kept index nor the write-ahead log holds. When no manifest log can be read and
+the data file holds only its header (a creation cut short), an empty manifest is written and the
+write-ahead log is replayed by the next open. A database that opens and checks clean is left
+untouched.
+
+Prints what it found and did, one line each, then a summary; exit status 0 when the database
+opens afterwards, 2 when it cannot be repaired (damage in the data file itself, which the index
+check reports, cannot be undone by repair).";
+
 #[derive(Parser)]
 #[command(
     name = "woods",
@@ -33,7 +53,9 @@ Exit status: 0 on success; 1 when `get` finds no value or `verify` finds a bad r
     about = "Command-line tool of the woods embedded key-value storage engine",
     long_about = "Command-line tool of the woods embedded key-value storage engine.\n\n\
         Every command works on a database directory DB. `put` and `load` create the database when \
-        DB holds none; every other command needs an existing one. The index kind (btree, lsm, nbtree or stbe) \
+        DB is absent or holds none of woods' files; every other command needs an existing one. \
+        A damaged database (woods' files without a CURRENT file) is never created over: \
+        `woods repair DB` rebuilds it. The index kind (btree, lsm, nbtree or stbe) \
         is fixed when a database is created and read from the database afterwards.",
     after_help = ENCODING_HELP
 )]
@@ -123,6 +145,17 @@ enum Cmd {
     Check {
         /// Database directory.
         db: PathBuf,
+    },
+    /// Rebuild a database whose CURRENT file or manifest log is damaged or missing, from the
+    /// manifest logs that are there.
+    #[command(long_about = REPAIR_HELP)]
+    Repair {
+        /// Database directory.
+        db: PathBuf,
+        /// Index kind the database was created with: needed only when no manifest log and no
+        /// data file header can be read (a creation cut short).
+        #[arg(long, value_name = "KIND")]
+        index: Option<String>,
     },
     /// Write generated records 0..N, one put each, acknowledging them on stdout.
     #[command(long_about = load::LOAD_HELP)]
@@ -271,6 +304,9 @@ pub fn open_existing(path: &Path, opts: Options) -> CliResult<Db> {
             "the directory does not exist"
         } else if !path.is_dir() {
             "it is not a directory"
+        } else if holds_database_files(path) {
+            // A damaged database: the library's error says what is missing and what to do.
+            return Db::open(path, opts).ctx(|| format!("opening {}", path.display()));
         } else {
             "the directory holds no database"
         };
@@ -280,6 +316,20 @@ pub fn open_existing(path: &Path, opts: Options) -> CliResult<Db> {
         )));
     }
     Db::open(path, opts).ctx(|| format!("opening {}", path.display()))
+}
+
+/// Whether `dir` holds woods' files (data file, manifest logs, log files): a database, or the
+/// remains of one.
+fn holds_database_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name == woods::db::DATA_FILE
+                || name.starts_with("MANIFEST-")
+                || name.starts_with("wal-")
+        })
+    })
 }
 
 /// Opens a database, creating it if needed.
@@ -370,6 +420,30 @@ fn run(cli: Cli) -> CliResult<u8> {
             let n = db.check().ctx(|| "check failed".into())?;
             close(db)?;
             writeln!(io::stdout(), "{n} entries ok").map_err(out_err)?;
+            Ok(0)
+        }
+        Cmd::Repair { db, index } => {
+            let index = index.map(|n| IndexKind::from_name(&n)).transpose()?;
+            let report = Db::repair(&db, Options { index, ..opts })
+                .ctx(|| format!("repairing {}", db.display()))?;
+            let mut out = io::stdout().lock();
+            for note in &report.notes {
+                writeln!(out, "{note}").map_err(out_err)?;
+            }
+            let what = match report.installed_log {
+                Some(n) => format!(
+                    "repaired: CURRENT names {}",
+                    woods::manifest::manifest_file_name(n)
+                ),
+                None => "nothing to repair".to_string(),
+            };
+            writeln!(
+                out,
+                "{what}; {} entries check clean; writes up to sequence number {} in the index, \
+                 {} commit(s) lost",
+                report.entries, report.durable_seq, report.lost_commits
+            )
+            .map_err(out_err)?;
             Ok(0)
         }
         Cmd::Load(a) => load::load(&a, opts),

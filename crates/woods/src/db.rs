@@ -16,7 +16,7 @@ use crate::cache::{Cache, CacheStats};
 use crate::entry::{codec, Entry, MAX_SEQ};
 use crate::error::{Error, Latch, Result};
 use crate::index::{open_index, Index, IndexContext, IndexStats, Snapshots, Stall};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, ManifestState};
 use crate::memtable::Memtable;
 use crate::merge::{resolve, EntryIter, MergeIter, Resolver};
 use crate::options::{Durability, Options, PersistedConfig};
@@ -27,7 +27,7 @@ use crate::wal::{self, WalWriter};
 
 /// Data file name inside the database directory.
 pub const DATA_FILE: &str = "data.woods";
-const LOCK_FILE: &str = "LOCK";
+pub(crate) const LOCK_FILE: &str = "LOCK";
 /// Format version of the data file header and everything it implies.
 pub const FORMAT_MAJOR: u16 = 1;
 pub const FORMAT_MINOR: u16 = 0;
@@ -182,7 +182,7 @@ fn elapsed_ns(t: Instant) -> u64 {
     t.elapsed().as_nanos().min(u64::MAX as u128) as u64
 }
 
-fn write_header(kind: &PersistedConfig) -> AlignedBuf {
+pub(crate) fn write_header(kind: &PersistedConfig) -> AlignedBuf {
     let mut h = Vec::new();
     h.extend_from_slice(DATA_MAGIC);
     codec::put_u16(&mut h, FORMAT_MAJOR);
@@ -218,8 +218,186 @@ fn check_header(page: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The configuration the data file's header holds (checked as [`check_header`] does): what
+/// repair falls back on when no manifest log can be read.
+pub(crate) fn header_config(page: &[u8]) -> Result<PersistedConfig> {
+    check_header(page)?;
+    let mut r = codec::Reader::new(&page[20..], "data file header");
+    PersistedConfig::decode(r.bytes()?)
+}
+
+/// The pieces of an open database below the write-ahead log.
+pub(crate) struct Parts {
+    pub manifest: Arc<Manifest>,
+    pub state: ManifestState,
+    pub config: PersistedConfig,
+    pub store: Arc<PageFile>,
+    pub failure: Arc<Latch>,
+    pub snapshots: Arc<Snapshots>,
+    pub index: Arc<dyn Index>,
+}
+
+/// Opens the manifest (or, with `create`, creates the database when the directory holds none of
+/// woods' files), checks the stored options against `opts`, and opens the data file and the
+/// index. Writes nothing but a new database; the caller holds the directory's lock.
+pub(crate) fn open_parts(
+    fs: &Arc<dyn Fs>,
+    dir: &Path,
+    opts: &Options,
+    io: &Arc<IoCounters>,
+    create: bool,
+) -> Result<Parts> {
+    let data_path = dir.join(DATA_FILE);
+    let exists = Manifest::exists(&**fs, dir);
+    if !exists {
+        let found = crate::repair::leftovers(&**fs, dir);
+        if !found.is_empty() {
+            return Err(Error::corruption(
+                "database directory",
+                None,
+                format!(
+                    "{} has no CURRENT file but holds {}: the database is damaged (or its \
+                     creation was cut short), and is not created over; `Db::repair` \
+                     (`woods repair {}`) rebuilds it from the manifest logs that are there",
+                    dir.display(),
+                    found.join(", "),
+                    dir.display()
+                ),
+            ));
+        }
+        if !create {
+            return Err(Error::corruption(
+                "database directory",
+                None,
+                format!("no CURRENT file in {}: not a woods database", dir.display()),
+            ));
+        }
+    }
+    let (manifest, state, config) = if exists {
+        let (m, st) = Manifest::open(fs.clone(), dir, io.clone())?;
+        let stored = PersistedConfig::decode(&st.config)?;
+        check_stored_options(&stored, opts)?;
+        (m, st, stored)
+    } else {
+        let config = PersistedConfig {
+            index: opts
+                .index
+                .clone()
+                .unwrap_or_else(|| crate::IndexKind::Lsm(Default::default())),
+            comparator: "bytewise".into(),
+            merge_operator: None,
+        };
+        // The data file first (header synced), then the manifest that makes it a database.
+        let f = fs.open(
+            &data_path,
+            OpenMode {
+                create: true,
+                direct: opts.direct_io,
+            },
+        )?;
+        f.set_len(0)?;
+        f.write_all_at(&write_header(&config), 0)?;
+        f.sync()?;
+        fs.sync_dir(dir)?;
+        let m = Manifest::create(
+            fs.clone(),
+            dir,
+            PAGE_SIZE as u32,
+            EXTENT_PAGES,
+            config.encode(),
+            io.clone(),
+        )?;
+        let st = m.state();
+        (m, st, config)
+    };
+    let manifest = Arc::new(manifest);
+
+    let file = fs.open(
+        &data_path,
+        OpenMode {
+            create: false,
+            direct: opts.direct_io,
+        },
+    )?;
+    let mut hdr = AlignedBuf::zeroed(PAGE_SIZE);
+    file.read_exact_at(&mut hdr, 0)?;
+    check_header(&hdr)?;
+    let alloc = Allocator::from_allocated(1, &state.allocated);
+    // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache.
+    let row_bytes = match config.index {
+        crate::IndexKind::BTree(_) => 0,
+        _ => opts.row_cache_bytes,
+    };
+    let store = Arc::new(PageFile::new(
+        file,
+        Cache::with_rows(opts.cache_bytes, row_bytes),
+        alloc,
+        io.clone(),
+    ));
+    // A failed write of the data file turns the database read-only at once: no index work
+    // in flight commits what it built on it.
+    let failure = store.failure().clone();
+    manifest.refuse_commits_after(failure.clone());
+    let snapshots = Arc::new(Snapshots::default());
+    let ctx = IndexContext {
+        store: store.clone(),
+        manifest: manifest.clone(),
+        snapshots: snapshots.clone(),
+        merge_op: opts.merge_operator.clone(),
+        dir: dir.to_path_buf(),
+        memtable_bytes: opts.memtable_bytes,
+    };
+    let index = open_index(&config.index, ctx, &state.index_meta, state.durable_seq)?;
+    Ok(Parts {
+        manifest,
+        state,
+        config,
+        store,
+        failure,
+        snapshots,
+        index,
+    })
+}
+
+/// Refuses options that contradict what the database was created with.
+fn check_stored_options(stored: &PersistedConfig, opts: &Options) -> Result<()> {
+    if let Some(k) = &opts.index {
+        if k != &stored.index {
+            return Err(Error::OptionsMismatch {
+                option: "index".into(),
+                stored: format!("{:?}", stored.index),
+                given: format!("{k:?}"),
+            });
+        }
+    }
+    if let Some(name) = &stored.merge_operator {
+        match &opts.merge_operator {
+            None => {
+                return Err(Error::MergeOperator(format!(
+                    "the database holds Merge entries written with operator {name:?}; open it with that operator"
+                )))
+            }
+            Some(op) if op.name() != name => {
+                return Err(Error::OptionsMismatch {
+                    option: "merge_operator".into(),
+                    stored: name.clone(),
+                    given: op.name().to_string(),
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 impl Db {
-    /// Opens the database in directory `path`, creating it if it does not exist.
+    /// Opens the database in directory `path`, creating it if `path` is absent or holds none
+    /// of woods' files.
+    ///
+    /// A directory that holds a data file, manifest logs or log files but no `CURRENT` file is
+    /// never created over: that is a damaged database (or one whose creation was cut short),
+    /// and opening it is [`Error::Corruption`] naming what is there and what is missing.
+    /// [`Db::repair`] (`woods repair DIR`) rebuilds it from the manifest logs that are there.
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         opts.validate()?;
         let dir = path.as_ref().to_path_buf();
@@ -227,109 +405,15 @@ impl Db {
         fs.create_dir_all(&dir)?;
         let lock = fs.lock(&dir.join(LOCK_FILE))?;
         let io = Arc::new(IoCounters::default());
-        let data_path = dir.join(DATA_FILE);
-
-        let exists = Manifest::exists(&*fs, &dir);
-        let (manifest, state, config) = if exists {
-            let (m, st) = Manifest::open(fs.clone(), &dir, io.clone())?;
-            let stored = PersistedConfig::decode(&st.config)?;
-            if let Some(k) = &opts.index {
-                if k != &stored.index {
-                    return Err(Error::OptionsMismatch {
-                        option: "index".into(),
-                        stored: format!("{:?}", stored.index),
-                        given: format!("{k:?}"),
-                    });
-                }
-            }
-            if let Some(name) = &stored.merge_operator {
-                match &opts.merge_operator {
-                    None => {
-                        return Err(Error::MergeOperator(format!(
-                            "the database holds Merge entries written with operator {name:?}; open it with that operator"
-                        )))
-                    }
-                    Some(op) if op.name() != name => {
-                        return Err(Error::OptionsMismatch {
-                            option: "merge_operator".into(),
-                            stored: name.clone(),
-                            given: op.name().to_string(),
-                        })
-                    }
-                    Some(_) => {}
-                }
-            }
-            (m, st, stored)
-        } else {
-            let config = PersistedConfig {
-                index: opts
-                    .index
-                    .clone()
-                    .unwrap_or_else(|| crate::IndexKind::Lsm(Default::default())),
-                comparator: "bytewise".into(),
-                merge_operator: None,
-            };
-            // The data file first (header synced), then the manifest that makes it a database.
-            let f = fs.open(
-                &data_path,
-                OpenMode {
-                    create: true,
-                    direct: opts.direct_io,
-                },
-            )?;
-            f.set_len(0)?;
-            f.write_all_at(&write_header(&config), 0)?;
-            f.sync()?;
-            fs.sync_dir(&dir)?;
-            let m = Manifest::create(
-                fs.clone(),
-                &dir,
-                PAGE_SIZE as u32,
-                EXTENT_PAGES,
-                config.encode(),
-                io.clone(),
-            )?;
-            let st = m.state();
-            (m, st, config)
-        };
-        let manifest = Arc::new(manifest);
-
-        let file = fs.open(
-            &data_path,
-            OpenMode {
-                create: false,
-                direct: opts.direct_io,
-            },
-        )?;
-        let mut hdr = AlignedBuf::zeroed(PAGE_SIZE);
-        file.read_exact_at(&mut hdr, 0)?;
-        check_header(&hdr)?;
-        let alloc = Allocator::from_allocated(1, &state.allocated);
-        // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache.
-        let row_bytes = match config.index {
-            crate::IndexKind::BTree(_) => 0,
-            _ => opts.row_cache_bytes,
-        };
-        let store = Arc::new(PageFile::new(
-            file,
-            Cache::with_rows(opts.cache_bytes, row_bytes),
-            alloc,
-            io.clone(),
-        ));
-        // A failed write of the data file turns the database read-only at once: no index work
-        // in flight commits what it built on it.
-        let failure = store.failure().clone();
-        manifest.refuse_commits_after(failure.clone());
-        let snapshots = Arc::new(Snapshots::default());
-        let ctx = IndexContext {
-            store: store.clone(),
-            manifest: manifest.clone(),
-            snapshots: snapshots.clone(),
-            merge_op: opts.merge_operator.clone(),
-            dir: dir.clone(),
-            memtable_bytes: opts.memtable_bytes,
-        };
-        let index = open_index(&config.index, ctx, &state.index_meta, state.durable_seq)?;
+        let Parts {
+            manifest,
+            state,
+            config,
+            store,
+            failure,
+            snapshots,
+            index,
+        } = open_parts(&fs, &dir, &opts, &io, true)?;
 
         // Replay the log: everything after what the index holds durably. Sealing may remove
         // files (a torn header, anything after a tear); `wal_files` are those it left.
@@ -1004,6 +1088,7 @@ impl Inner {
             return Ok(());
         }
         if let Some(wal) = &self.wal {
+            let mut removed = false;
             for mem in &gone {
                 if mem.wal_number() != 0 {
                     // Durable in the index: no later sync needs to cover its log file.
@@ -1012,8 +1097,17 @@ impl Inner {
                     if self.fs.exists(&p) {
                         let r = self.fs.remove(&p);
                         self.note(r)?;
+                        removed = true;
                     }
                 }
+            }
+            if removed {
+                // The removal made durable: a power cut could otherwise bring a retired file
+                // back, its name kept and its never-synced contents torn, in front of files that
+                // hold Sync-acknowledged records (replay reads past such a tear, and the
+                // sequence numbers tell that its records are all in the index already).
+                let r = self.fs.sync_dir(&self.dir);
+                self.note(r)?;
             }
         }
         Ok(())

@@ -24,6 +24,7 @@ pub mod manifest;
 pub mod memtable;
 pub mod merge;
 pub mod options;
+pub mod repair;
 pub mod run;
 pub mod storage;
 pub mod wal;
@@ -38,3 +39,4 @@ pub use error::{Error, Result};
 pub use options::{
     BTreeParams, Durability, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams,
 };
+pub use repair::RepairReport;

@@ -6,9 +6,11 @@
 //! length bytes followed by the payload. The payload is opaque here (the Db encodes a batch in
 //! it). The byte-by-byte format is in `docs/format.md`.
 //!
-//! Recovery ([`replay`]) yields a prefix of what was appended: it stops at the first record that
-//! is short, fails its checksum or has an impossible length, and returns nothing after it, in
-//! that file or any later one. Three rules of the writer keep that prefix the right one:
+//! Recovery ([`replay`]) yields each file's valid prefix: a file's records stop at the first one
+//! that is short, fails its checksum or has an impossible length, and the next file is read
+//! after it; the consumer keeps records only while they continue each other (the Db: batch
+//! sequence numbers), so what it recovers is a prefix of what was appended. Three rules of the
+//! writer keep that prefix the right one:
 //! a new file's name is made durable (directory sync) before any record goes into it; a sync
 //! ([`WalWriter::sync_to`]) first syncs every older file a rotation left unsynced, then the live
 //! one; and after any failed write or sync the writer is poisoned, so no record is ever written
@@ -54,7 +56,7 @@ pub fn wal_file_path(dir: &Path, number: u64) -> PathBuf {
 }
 
 /// Parses a WAL file name back to its number (`None` for any other file).
-fn parse_wal_file_name(name: &str) -> Option<u64> {
+pub(crate) fn parse_wal_file_name(name: &str) -> Option<u64> {
     let digits = name.strip_prefix("wal-")?.strip_suffix(".log")?;
     if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -514,22 +516,28 @@ pub struct TornAt {
 /// What [`replay`] recovered.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Replay {
-    /// The payloads of the recovered prefix, in append order.
+    /// The payloads of each file's valid prefix, in file order: within a file they continue
+    /// each other; whether a file's records continue the previous file's is for the consumer to
+    /// check (the Db: batch sequence numbers).
     pub records: Vec<Vec<u8>>,
-    /// Every WAL file found in the directory, ascending (including any after a torn point).
+    /// Every WAL file found in the directory, ascending.
     pub files: Vec<u64>,
-    /// Whether replay stopped before the end of the last file.
+    /// Whether some file ended before its last byte (a torn record or header).
     pub torn: bool,
-    /// Where it stopped, when `torn`.
-    pub torn_at: Option<TornAt>,
+    /// Where each such file's valid prefix ends, in file order.
+    pub tears: Vec<TornAt>,
 }
 
-/// Reads every WAL file of `dir` in number order and returns the longest valid prefix of records.
+/// Reads every WAL file of `dir` in number order and returns each file's valid prefix of
+/// records.
 ///
-/// It stops at the first record, in any file, that is short, fails its checksum or has a length
-/// above [`MAX_WAL_RECORD`], or at a file whose header is short or garbled (a crash while the
-/// file was being created); nothing after that point is returned. A header with the right magic
-/// and an unknown major version is [`Error::UnsupportedFormat`].
+/// A file's records end at the first one that is short, fails its checksum or has a length
+/// above [`MAX_WAL_RECORD`]; a file whose header is short or garbled (a crash while it was
+/// being created) holds none. Such a tear ends that file only: the next file is read too,
+/// since a tear in an older file need not mean the newer ones are lost (a file whose records
+/// the index already held may have been deleted, and the deletion undone by a power cut that
+/// kept its name but not its contents). The consumer decides what continues the log. A header
+/// with the right magic and an unknown major version is [`Error::UnsupportedFormat`].
 pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> {
     let files = list_wal_files(fs, dir)?;
     let mut out = Replay {
@@ -564,8 +572,8 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
         };
         if buf.len() < WAL_HEADER_LEN || buf[..8] != WAL_MAGIC {
             out.torn = true;
-            out.torn_at = Some(torn(0, "short or garbled file header"));
-            return Ok(out);
+            out.tears.push(torn(0, "short or garbled file header"));
+            continue;
         }
         let major = u16::from_le_bytes([buf[8], buf[9]]);
         if major != WAL_FORMAT_MAJOR {
@@ -588,8 +596,8 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
                 NextRecord::End => break,
                 NextRecord::Torn(reason) => {
                     out.torn = true;
-                    out.torn_at = Some(torn(off, reason));
-                    return Ok(out);
+                    out.tears.push(torn(off, reason));
+                    break;
                 }
             }
         }
@@ -599,13 +607,13 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
 
 /// Makes what [`replay`] recovered the durable log, so that new records can safely follow it.
 ///
-/// Call it once after `replay` and before creating the next [`WalWriter`]. It removes every WAL
-/// file after a torn point (syncing the directory before anything else changes, so those files
-/// cannot come back behind a repaired tear), truncates the torn file to its valid prefix (or
-/// removes it when its header is torn), then fsyncs every kept file and the directory. Without
-/// the cut, a later replay would stop at the old tear and never reach the new records; without
-/// the fsyncs, records that replay read after a process crash (written but never synced) could
-/// be lost to a power cut while newer records survive.
+/// Call it once after `replay` and before creating the next [`WalWriter`]. It truncates every
+/// torn file to its valid prefix (or removes it when its header is torn), then fsyncs every
+/// kept file and the directory. Without the cut, a later replay would meet the same tear with
+/// different bytes after it; without the fsyncs, records that replay read after a process crash
+/// (written but never synced) could be lost to a power cut while newer records survive. Files
+/// whose records do not continue the log are the consumer's to remove (the Db removes every
+/// log file once what it recovered is durable in the index).
 ///
 /// Returns the numbers of the WAL files it kept, ascending: those left in the directory.
 pub fn seal_recovered(
@@ -615,21 +623,7 @@ pub fn seal_recovered(
     counters: &IoCounters,
 ) -> Result<Vec<u64>> {
     let mut kept: Vec<u64> = replay.files.clone();
-    if let Some(at) = &replay.torn_at {
-        kept.retain(|&n| n <= at.file);
-        let later: Vec<u64> = replay
-            .files
-            .iter()
-            .copied()
-            .filter(|&n| n > at.file)
-            .collect();
-        for &number in &later {
-            fs.remove(&wal_file_path(dir, number))?;
-        }
-        if !later.is_empty() {
-            fs.sync_dir(dir)?;
-            counters.record_sync();
-        }
+    for at in &replay.tears {
         let path = wal_file_path(dir, at.file);
         if at.offset < WAL_HEADER_LEN as u64 {
             fs.remove(&path)?;

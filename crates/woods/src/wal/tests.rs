@@ -121,8 +121,10 @@ fn wal_torn_tail_is_cut_at_every_length() {
     }
 }
 
+/// A bad record ends its file only: the next file is read too (whether its records continue the
+/// log is the Db's to decide, by sequence number).
 #[test]
-fn wal_flipped_byte_drops_that_record_and_everything_after() {
+fn wal_flipped_byte_ends_that_file_only() {
     let (fs, counters) = setup();
     let w = writer(&fs, 1, &counters);
     let mut ends = vec![WAL_HEADER_LEN as u64];
@@ -137,12 +139,17 @@ fn wal_flipped_byte_drops_that_record_and_everything_after() {
         let fs2 = fs.clone();
         assert!(fs2.flip_byte(&wal_file_path(&dir(), 1), off));
         let r = replay(&fs2, &dir(), &counters).unwrap();
-        assert_eq!(r.records, (0..3).map(payload).collect::<Vec<_>>());
+        let mut want = (0..3).map(payload).collect::<Vec<_>>();
+        want.push(b"later file".to_vec());
+        assert_eq!(r.records, want);
         assert!(r.torn);
         assert_eq!(r.files, vec![1, 2]);
         assert_eq!(
-            r.torn_at.as_ref().map(|t| (t.file, t.offset)),
-            Some((1, ends[3]))
+            r.tears
+                .iter()
+                .map(|t| (t.file, t.offset))
+                .collect::<Vec<_>>(),
+            vec![(1, ends[3])]
         );
         assert!(fs2.flip_byte(&wal_file_path(&dir(), 1), off)); // flip back
     }
@@ -260,8 +267,12 @@ fn wal_sync_covers_files_rotated_away_first() {
     assert_eq!(counters.snapshot().syncs - syncs, 1);
 }
 
+/// Regression (issue 17, item 4): a tear in a file that is not the last one used to end the
+/// whole log, and sealing deleted every later file, Sync-acknowledged records included; a
+/// retired file brought back by a power cut with torn contents did exactly that. Now the tear
+/// ends its file only, and sealing cuts that file and keeps the later ones.
 #[test]
-fn wal_torn_middle_file_hides_later_files_until_sealed() {
+fn wal_torn_middle_file_ends_that_file_only_and_is_cut_by_sealing() {
     let (fs, counters) = setup();
     let w = writer(&fs, 1, &counters);
     w.append(b"a").unwrap();
@@ -274,18 +285,26 @@ fn wal_torn_middle_file_hides_later_files_until_sealed() {
     let f1 = wal_file_path(&dir(), 2);
     assert!(fs.flip_byte(&f1, WAL_HEADER_LEN as u64 + 8));
     let r = replay(&fs, &dir(), &counters).unwrap();
-    assert_eq!(r.records, vec![b"a".to_vec(), b"b".to_vec()]);
+    assert_eq!(r.records, vec![b"a".to_vec(), b"b".to_vec(), b"d".to_vec()]);
     assert!(r.torn);
     let kept = seal_recovered(&fs, &dir(), &r, &counters).unwrap();
-    assert_eq!(kept, vec![1, 2]);
+    assert_eq!(kept, vec![1, 2, 3]);
     assert_eq!(list_wal_files(&fs, &dir()).unwrap(), kept);
-    // New records after the repair are replayed after the recovered prefix.
+    assert_eq!(
+        fs.file_len(&f1),
+        Some(WAL_HEADER_LEN as u64),
+        "the torn file is cut at its tear"
+    );
+    // New records after the repair are replayed after the recovered ones, with no tear.
     let w = writer(&fs, 4, &counters);
     let p = w.append(b"e").unwrap();
     w.sync_to(p).unwrap();
     fs.power_cut();
     let r = replay(&fs, &dir(), &counters).unwrap();
-    assert_eq!(r.records, vec![b"a".to_vec(), b"b".to_vec(), b"e".to_vec()]);
+    assert_eq!(
+        r.records,
+        vec![b"a".to_vec(), b"b".to_vec(), b"d".to_vec(), b"e".to_vec()]
+    );
     assert!(!r.torn);
 }
 
@@ -304,7 +323,13 @@ fn wal_garbled_header_is_torn_and_unknown_major_is_unsupported() {
     f2.set_len(10).unwrap();
     let r = replay(&fs, &dir(), &counters).unwrap();
     assert_eq!(r.records, vec![b"a".to_vec()]);
-    assert_eq!(r.torn_at.as_ref().map(|t| (t.file, t.offset)), Some((2, 0)));
+    assert_eq!(
+        r.tears
+            .iter()
+            .map(|t| (t.file, t.offset))
+            .collect::<Vec<_>>(),
+        vec![(2, 0)]
+    );
     let kept = seal_recovered(&fs, &dir(), &r, &counters).unwrap();
     assert_eq!(kept, vec![1]);
     assert_eq!(list_wal_files(&fs, &dir()).unwrap(), kept);
@@ -561,7 +586,7 @@ fn mapped_files_replay_after_a_crash_and_are_cut_when_dropped() {
     let file2 = wal_file_path(tmp.path(), 2);
     assert_eq!(std::fs::metadata(&file2).unwrap().len(), prealloc);
     let r = replay(fs.as_ref(), tmp.path(), &counters).unwrap();
-    assert!(!r.torn, "{:?}", r.torn_at);
+    assert!(!r.torn, "{:?}", r.tears);
     assert_eq!(r.records, want);
 
     // A writer that is dropped leaves its file exactly as long as its records.

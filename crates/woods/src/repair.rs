@@ -1,0 +1,315 @@
+//! Repair of a database whose `CURRENT` file or manifest log is damaged or missing
+//! ([`Db::repair`], `woods repair DIR`).
+//!
+//! The index's roots and extents live only in the manifest, so repair works from the manifest
+//! logs that are in the directory: it reads each one without trusting `CURRENT`
+//! ([`Manifest::salvage`]: every log's state up to its first bad record), tries their states
+//! newest first (most commits; the lower log number on a tie, since a higher-numbered log with
+//! as many commits is the leftover of a rollover that never became current), and keeps the
+//! first whose index checks clean against the data file: it is written as the snapshot of a
+//! new log, which `CURRENT` then names. Nothing but manifest files is written, so a state tried
+//! and refused leaves the data file and the write-ahead log as they were. Log records above the
+//! kept state's durable sequence number are replayed by the next open, as after any crash.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::batch;
+use crate::db::{open_parts, Db, DATA_FILE, EXTENT_PAGES, LOCK_FILE};
+use crate::error::{Error, Result};
+use crate::manifest::{self, Manifest, ManifestState, CURRENT_TMP_FILE};
+use crate::options::{Options, PersistedConfig};
+use crate::storage::{Fs, IoCounters, OpenMode, RealFs, PAGE_SIZE};
+use crate::wal;
+
+/// What [`Db::repair`] found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// The manifest log repair wrote, which `CURRENT` now names (`None`: nothing needed
+    /// repair, and nothing was written).
+    pub installed_log: Option<u64>,
+    /// The manifest log whose state was kept (`None` when none could be read and an empty
+    /// state was written: a database whose creation was cut short).
+    pub from_log: Option<u64>,
+    /// Writes up to this sequence number are in the index of the kept state; the log files'
+    /// records after it are replayed by the next open.
+    pub durable_seq: u64,
+    /// Commits found in a damaged log after its damage: missing from the kept state.
+    pub lost_commits: u64,
+    /// Writes known lost: log records start above `durable_seq + 1`, so those between were
+    /// neither in the kept index nor in the log (`first..=last` sequence numbers).
+    pub lost_seqs: Option<(u64, u64)>,
+    /// Entries (all versions) the check of the kept index counted.
+    pub entries: u64,
+    /// What repair found and did, one sentence each.
+    pub notes: Vec<String>,
+}
+
+/// woods' files in `dir` that make it a database (or the remains of one), sorted: the data
+/// file, manifest logs, `CURRENT.tmp` and log files. `LOCK` is not one: opening takes it.
+pub(crate) fn leftovers(fs: &dyn Fs, dir: &Path) -> Vec<String> {
+    let mut found: Vec<String> = fs
+        .list(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| {
+            n == DATA_FILE
+                || n == CURRENT_TMP_FILE
+                || manifest::parse_manifest_file_name(n).is_some()
+                || wal::parse_wal_file_name(n).is_some()
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+impl Db {
+    /// Repairs the database in `path` when its `CURRENT` file or manifest is damaged or
+    /// missing, from the manifest logs that are there (see the module documentation of
+    /// `woods::repair`), and says what it found and did. A database that opens and checks
+    /// clean is left untouched. The database must not be open.
+    ///
+    /// Errors: the directory holds no database files; no manifest log can be read while the
+    /// data file holds more than its header (the index cannot be found without one); damage
+    /// in the data file itself, which the index check reports and repair cannot undo (when no
+    /// state checks clean, the newest is installed, so that what is readable can be read, and
+    /// the error says so).
+    pub fn repair(path: impl AsRef<Path>, opts: Options) -> Result<RepairReport> {
+        opts.validate()?;
+        let dir = path.as_ref();
+        let fs: Arc<dyn Fs> = opts.fs.clone().unwrap_or_else(|| Arc::new(RealFs));
+        let present = leftovers(&*fs, dir);
+        if !Manifest::exists(&*fs, dir) && present.is_empty() {
+            return Err(Error::corruption(
+                "database directory",
+                None,
+                format!(
+                    "{} holds no woods database: nothing to repair",
+                    dir.display()
+                ),
+            ));
+        }
+        let _lock = fs.lock(&dir.join(LOCK_FILE))?;
+        let io = Arc::new(IoCounters::default());
+        let mut report = RepairReport::default();
+
+        if Manifest::exists(&*fs, dir) {
+            match open_parts(&fs, dir, &opts, &io, false) {
+                Ok(parts) => {
+                    report.entries = parts.index.check()?;
+                    report.durable_seq = parts.state.durable_seq;
+                    report.notes.push(
+                        "CURRENT names a sound manifest log and the index checks clean: \
+                         nothing to repair"
+                            .into(),
+                    );
+                    return Ok(report);
+                }
+                Err(e @ Error::Corruption { .. }) => {
+                    report.notes.push(format!("opening fails: {e}"));
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            report.notes.push(format!(
+                "CURRENT is missing; the directory holds {}",
+                present.join(", ")
+            ));
+        }
+
+        let mut candidates = Vec::new();
+        for (number, salvaged) in Manifest::salvage(&*fs, dir, &io) {
+            let name = manifest::manifest_file_name(number);
+            match salvaged {
+                Ok(s) => {
+                    if let Some(off) = s.damaged_at {
+                        report.notes.push(format!(
+                            "{name} is damaged at byte {off}, with {} valid record(s) after \
+                             the damage; its state before the damage is commit {}",
+                            s.lost_records, s.state.commits
+                        ));
+                    }
+                    candidates.push(s);
+                }
+                Err(e) => report.notes.push(format!("{name} is unreadable: {e}")),
+            }
+        }
+        if candidates.is_empty() {
+            return fresh_manifest(&fs, dir, &opts, &io, report);
+        }
+        // Newest first: most commits, then the lower number (see the module documentation).
+        candidates.sort_by_key(|c| (std::cmp::Reverse(c.state.commits), c.number));
+        let mut refused = Vec::new();
+        for c in &candidates {
+            let installed = Manifest::install(&*fs, dir, &c.state, &io)?;
+            match open_parts(&fs, dir, &opts, &io, false).and_then(|p| p.index.check()) {
+                Ok(entries) => {
+                    report.installed_log = Some(installed);
+                    report.from_log = Some(c.number);
+                    report.durable_seq = c.state.durable_seq;
+                    report.lost_commits = c.lost_records;
+                    report.entries = entries;
+                    report.notes.push(format!(
+                        "kept the state of {} (commit {}, writes up to sequence number {} in \
+                         the index), written as {}, which CURRENT now names; the other logs are \
+                         renamed *.old",
+                        manifest::manifest_file_name(c.number),
+                        c.state.commits,
+                        c.state.durable_seq,
+                        manifest::manifest_file_name(installed)
+                    ));
+                    report_log_gap(&*fs, dir, &io, &mut report)?;
+                    return Ok(report);
+                }
+                Err(e) => {
+                    report.notes.push(format!(
+                        "the state of {} (commit {}) does not check clean: {e}",
+                        manifest::manifest_file_name(c.number),
+                        c.state.commits
+                    ));
+                    refused.push(e);
+                }
+            }
+        }
+        // None checks clean: the damage is in the data file. Keep the newest state, so that
+        // whatever is readable can be read.
+        let newest = &candidates[0];
+        let installed = Manifest::install(&*fs, dir, &newest.state, &io)?;
+        Err(Error::corruption(
+            "repair",
+            None,
+            format!(
+                "no manifest state checks clean against the data file (first: {}); CURRENT now \
+                 names {}, holding the newest state (that of {}), so that what is readable can \
+                 be read",
+                refused[0],
+                manifest::manifest_file_name(installed),
+                manifest::manifest_file_name(newest.number)
+            ),
+        ))
+    }
+}
+
+/// No manifest log can be read. Safe only when the data file holds nothing but its header (a
+/// creation cut short, before any index page was written): then the index is empty, and an
+/// empty state with durable sequence number 0 lets the next open replay every log record.
+fn fresh_manifest(
+    fs: &Arc<dyn Fs>,
+    dir: &Path,
+    opts: &Options,
+    io: &Arc<IoCounters>,
+    mut report: RepairReport,
+) -> Result<RepairReport> {
+    let data = dir.join(DATA_FILE);
+    let file = if fs.exists(&data) {
+        Some(fs.open(&data, OpenMode::default())?)
+    } else {
+        None
+    };
+    let len = match &file {
+        Some(f) => f.len()?,
+        None => 0,
+    };
+    if len > PAGE_SIZE as u64 {
+        return Err(Error::corruption(
+            "repair",
+            None,
+            format!(
+                "no manifest log can be read, and {DATA_FILE} holds {len} bytes: the index's \
+                 roots and extents cannot be found without a manifest"
+            ),
+        ));
+    }
+    let stored = match &file {
+        Some(f) if len == PAGE_SIZE as u64 => {
+            let mut page = crate::storage::AlignedBuf::zeroed(PAGE_SIZE);
+            f.read_exact_at(&mut page, 0)
+                .and_then(|()| crate::db::header_config(&page))
+        }
+        Some(_) => Err(Error::corruption(DATA_FILE, Some(0), "short header")),
+        None => Err(Error::corruption(DATA_FILE, None, "missing")),
+    };
+    let config = match stored {
+        Ok(c) => c,
+        Err(e) => {
+            let config = config_from_options(opts, &format!("{DATA_FILE}'s header is lost ({e})"))?;
+            let f = fs.open(
+                &data,
+                OpenMode {
+                    create: true,
+                    direct: false,
+                },
+            )?;
+            f.set_len(0)?;
+            f.write_all_at(&crate::db::write_header(&config), 0)?;
+            f.sync()?;
+            fs.sync_dir(dir)?;
+            report
+                .notes
+                .push(format!("wrote the header of {DATA_FILE} afresh"));
+            config
+        }
+    };
+    let state = ManifestState {
+        config: config.encode(),
+        page_size: PAGE_SIZE as u32,
+        extent_pages: EXTENT_PAGES,
+        ..ManifestState::default()
+    };
+    let installed = Manifest::install(&**fs, dir, &state, io)?;
+    report.installed_log = Some(installed);
+    report.notes.push(format!(
+        "no manifest log could be read and {DATA_FILE} holds no index page (a creation cut \
+         short): wrote an empty {} naming a {} index, which CURRENT now names; the log's \
+         records are replayed by the next open",
+        manifest::manifest_file_name(installed),
+        config.index.name()
+    ));
+    report_log_gap(&**fs, dir, io, &mut report)?;
+    Ok(report)
+}
+
+fn config_from_options(opts: &Options, why: &str) -> Result<PersistedConfig> {
+    let Some(index) = opts.index.clone() else {
+        return Err(Error::InvalidOption(format!(
+            "repair must write a new manifest and {why}: name the index kind the database was \
+             created with (Options::index, `woods repair --index KIND`)"
+        )));
+    };
+    Ok(PersistedConfig {
+        index,
+        comparator: "bytewise".into(),
+        merge_operator: opts.merge_operator.as_ref().map(|m| m.name().to_string()),
+    })
+}
+
+/// Notes writes that neither the kept index nor the log holds: the log's first record above
+/// the kept durable sequence number starts past the next one.
+fn report_log_gap(
+    fs: &dyn Fs,
+    dir: &Path,
+    io: &IoCounters,
+    report: &mut RepairReport,
+) -> Result<()> {
+    let replay = wal::replay(fs, dir, io)?;
+    let durable = report.durable_seq;
+    let next = replay
+        .records
+        .iter()
+        .filter_map(|r| batch::decode(r).ok())
+        .map(|b| b.first_seq)
+        .find(|&first| first > durable);
+    if let Some(first) = next {
+        if first > durable + 1 {
+            report.lost_seqs = Some((durable + 1, first - 1));
+            report.notes.push(format!(
+                "writes with sequence numbers {} to {} are in neither the kept index nor the \
+                 log: they are lost, and the next open drops the log records after them, which \
+                 no longer continue the database",
+                durable + 1,
+                first - 1
+            ));
+        }
+    }
+    Ok(())
+}
