@@ -419,6 +419,7 @@ impl Db {
         // files (a torn header, anything after a tear); `wal_files` are those it left.
         let replay = wal::replay(&*fs, &dir, &io)?;
         let wal_files = wal::seal_recovered(&*fs, &dir, &replay, &io)?;
+        crate::crashpoint::point("open.after_seal");
         let mut last_seq = state.durable_seq;
         // Above every number found, removed ones included: a new file never takes an old name.
         let next_wal = replay.files.last().copied().unwrap_or(0) + 1;
@@ -488,6 +489,7 @@ impl Db {
         }
         if replayed {
             inner.flush_all()?;
+            crate::crashpoint::point("open.replay.after_flush");
         }
         // Everything replayed is durable in the index now: the old logs can go.
         for n in &wal_files {
@@ -1098,6 +1100,7 @@ impl Inner {
                         let r = self.fs.remove(&p);
                         self.note(r)?;
                         removed = true;
+                        crate::crashpoint::point("wal.retire.after_remove");
                     }
                 }
             }
@@ -1108,6 +1111,7 @@ impl Inner {
                 // sequence numbers tell that its records are all in the index already).
                 let r = self.fs.sync_dir(&self.dir);
                 self.note(r)?;
+                crate::crashpoint::point("wal.retire.after_dir_sync");
             }
         }
         Ok(())

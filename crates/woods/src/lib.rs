@@ -14,6 +14,8 @@
 
 pub mod batch;
 pub mod cache;
+#[doc(hidden)]
+pub mod crashpoint;
 pub mod db;
 pub mod entry;
 pub mod error;

@@ -421,7 +421,9 @@ fn install_current(fs: &dyn Fs, dir: &Path, number: u64, counters: &IoCounters) 
     counters.record_write(Purpose::Manifest, text.len());
     file.sync()?;
     counters.record_sync();
+    crate::crashpoint::point("manifest.current.after_tmp");
     fs.rename(&tmp, &dir.join(CURRENT_FILE))?;
+    crate::crashpoint::point("manifest.current.after_rename");
     fs.sync_dir(dir)?;
     counters.record_sync();
     Ok(())
@@ -869,7 +871,9 @@ impl Manifest {
             snapshot,
             &self.counters,
         )?;
+        crate::crashpoint::point("manifest.rollover.after_log");
         install_current(fs, &self.dir, number, &self.counters)?;
+        crate::crashpoint::point("manifest.rollover.after_current");
         // The new state is durable; removing old logs is housekeeping, and a log left behind by a
         // failure here (or by an earlier crash) is removed by a later rollover.
         for old in manifest_files(fs, &self.dir)
@@ -894,8 +898,10 @@ impl Manifest {
         }
         inner.file.write_all_at(frame, inner.log_len)?;
         self.counters.record_write(Purpose::Manifest, frame.len());
+        crate::crashpoint::point("manifest.append.after_write");
         inner.file.sync()?;
         self.counters.record_sync();
+        crate::crashpoint::point("manifest.append.after_sync");
         inner.log_len += frame.len() as u64;
         Ok(())
     }

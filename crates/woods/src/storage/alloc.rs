@@ -302,6 +302,7 @@ impl Allocator {
             // Only space is lost: the pages are free either way.
             Err(_) => self.punch_failures.fetch_add(1, Ordering::Relaxed),
         };
+        crate::crashpoint::point("alloc.punch.after");
     }
 
     /// Pages punched out of the file since it was opened, and punches that failed.
@@ -379,6 +380,7 @@ impl Allocator {
         if e.pages == 0 {
             return;
         }
+        crate::crashpoint::point("alloc.release");
         let punching = self.punching();
         let excess = {
             let mut s = self.state.lock();

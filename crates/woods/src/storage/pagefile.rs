@@ -208,8 +208,11 @@ impl PageFile {
     }
 
     pub fn sync(&self) -> Result<()> {
+        crate::crashpoint::point("data.sync.before");
         self.counters.record_sync();
-        self.failure.note(self.file.sync())
+        self.failure.note(self.file.sync())?;
+        crate::crashpoint::point("data.sync.after");
+        Ok(())
     }
 
     pub fn file_len(&self) -> Result<u64> {

@@ -337,6 +337,7 @@ impl WalWriter {
             (cur.unsynced.clone(), cur.file.clone(), cur.pos)
         };
         let mut result = Ok(());
+        crate::crashpoint::point("wal.sync.before");
         for f in older.iter().map(|(_, f)| f).chain(std::iter::once(&file)) {
             match f.sync() {
                 Ok(()) => self.counters.record_sync(),
@@ -347,6 +348,7 @@ impl WalWriter {
             }
         }
         if result.is_ok() {
+            crate::crashpoint::point("wal.sync.after");
             self.synced.fetch_max(upto, Ordering::AcqRel);
             self.current
                 .lock()
@@ -387,6 +389,7 @@ impl WalWriter {
         cur.unsynced.push((old_number, old));
         cur.number = new_number;
         cur.file_off = WAL_HEADER_LEN as u64;
+        crate::crashpoint::point("wal.rotate.after");
         Ok(())
     }
 
@@ -405,6 +408,7 @@ impl WalWriter {
         match self.new_file(number) {
             Ok(s) => {
                 *spare = Some(s);
+                crate::crashpoint::point("wal.prepare.after");
                 Ok(true)
             }
             Err(e) => Err(self.poison(e)),
