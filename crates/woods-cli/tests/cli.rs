@@ -575,3 +575,43 @@ fn crash_sync_stbe() {
 fn crash_buffered_stbe() {
     crash_buffered("stbe");
 }
+
+/// Regression (issue 17, item 1): `woods put` on a database whose CURRENT file was lost created
+/// a new database over it (data.woods truncated, exit status 0). Now every command refuses with
+/// a message naming what is missing, and `woods repair` gives the database back.
+#[test]
+fn put_never_creates_over_a_damaged_database_and_repair_rebuilds_it() {
+    let d = tmp();
+    let db = path(d.path());
+    for i in 0..50 {
+        ok(&["put", db, &format!("key-{i:03}"), &format!("value-{i}")]);
+    }
+    let data = d.path().join("data.woods");
+    std::fs::remove_file(d.path().join("CURRENT")).expect("rm CURRENT");
+    let before = std::fs::metadata(&data).expect("data file").len();
+    for args in [vec!["put", db, "other", "x"], vec!["get", db, "key-007"]] {
+        let (status, _, err) = code(&args);
+        assert_eq!(status, Some(2), "woods {args:?}: {err}");
+        assert!(
+            err.contains("CURRENT") && err.contains("woods repair"),
+            "woods {args:?} does not say what is missing and what to do: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(&data).expect("data file").len(),
+        before,
+        "the data file was touched"
+    );
+    let out = ok(&["repair", db]);
+    assert!(out.contains("repaired: CURRENT names MANIFEST-"), "{out}");
+    for i in (0..50).step_by(7) {
+        assert_eq!(
+            ok(&["get", db, &format!("key-{i:03}")]).trim(),
+            format!("value-{i}")
+        );
+    }
+    let again = ok(&["repair", db]);
+    assert!(again.contains("nothing to repair"), "{again}");
+    let (status, _, err) = code(&["repair", path(tmp().path())]);
+    assert_eq!(status, Some(2), "repairing an empty directory: {err}");
+}
