@@ -550,7 +550,10 @@ impl Db {
         self.write(&b)
     }
 
-    /// Adds a merge operand for `key` (needs a merge operator).
+    /// Adds a merge operand for `key` (needs a merge operator). The operand is limited to
+    /// [`crate::MAX_VALUE_LEN`] like a value; the value the operator folds from a key's operands
+    /// is not: one longer than the limit is kept on disk as its operands and folded on read
+    /// (see [`crate::MergeOperator`]).
     pub fn merge(&self, key: impl AsRef<[u8]>, operand: impl AsRef<[u8]>) -> Result<()> {
         let mut b = WriteBatch::new();
         b.merge(key, operand);

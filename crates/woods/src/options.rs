@@ -429,6 +429,14 @@ impl IndexKind {
 }
 
 /// A user merge operator: folds Merge operands onto a base value (counters, appends).
+///
+/// Folds happen on reads and when the index reorganises (flushes, compactions, B-tree absorbs).
+/// A fold may return a value of any length, also one over [`crate::MAX_VALUE_LEN`]: a
+/// reorganisation then keeps the base and operands as they are (each within the limit) instead
+/// of storing the folded value, and every read folds them again, so such a key costs a fold of
+/// all its operands per read until a Put or Delete replaces them. The same operands may be
+/// folded several times, in several groupings (`full_merge(full_merge(b, [x]), [y])` as well as
+/// `full_merge(b, [x, y])`): the operator must give the same result either way.
 pub trait MergeOperator: Send + Sync {
     /// A stable name, persisted with the database; reopening with a different name is an error.
     fn name(&self) -> &str;

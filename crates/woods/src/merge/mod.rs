@@ -10,7 +10,7 @@ use std::collections::binary_heap::PeekMut;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use crate::entry::{cmp_entries, Entry, Kind};
+use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::options::MergeOperator;
 
@@ -247,8 +247,10 @@ impl Iterator for Resolver {
 }
 
 /// Which versions of one key a reorganisation keeps, DESIGN.md's rule: per snapshot stripe the
-/// newest version (Merge operands folded onto a base in the same stripe), and a tombstone only if
-/// something older may exist below (`bottom` false) or a kept older version needs hiding.
+/// newest version (Merge operands folded onto a base in the same stripe, unless the folded value
+/// would exceed [`MAX_VALUE_LEN`]: then the operands and their base are kept as they are), and a
+/// tombstone only if something older may exist below (`bottom` false) or a kept older version
+/// needs hiding.
 ///
 /// `versions` are newest first; `snapshots` ascending live snapshot sequence numbers.
 pub fn compact_versions(
@@ -272,37 +274,22 @@ pub fn compact_versions(
             out.push(newest.clone());
         } else {
             // Merge operands: fold onto a base if this stripe (or, at the bottom with nothing older,
-            // nothing at all) provides one; otherwise keep the operands as they are.
+            // nothing at all) provides one and the result fits; otherwise keep the operands (and
+            // their base) as they are.
             let base_at = group.iter().position(|v| v.kind != Kind::Merge);
             let nothing_older = j == versions.len() && bottom;
             match (base_at, merge_op) {
                 (Some(b), Some(op)) => {
-                    let mut ops: Vec<&[u8]> = group[..b].iter().map(|v| &v.value[..]).collect();
-                    ops.reverse();
-                    let base = if group[b].kind == Kind::Put {
-                        Some(&group[b].value[..])
-                    } else {
-                        None
-                    };
-                    let v = op.full_merge(&newest.key, base, &ops);
-                    out.push(Entry {
-                        key: newest.key.clone(),
-                        seq: newest.seq,
-                        kind: Kind::Put,
-                        value: Arc::from(v),
-                    });
+                    let base = (group[b].kind == Kind::Put).then(|| &group[b].value[..]);
+                    match fold(op, &group[..b], base) {
+                        Some(folded) => out.push(folded),
+                        None => out.extend(group[..=b].iter().cloned()),
+                    }
                 }
-                (None, Some(op)) if nothing_older => {
-                    let mut ops: Vec<&[u8]> = group.iter().map(|v| &v.value[..]).collect();
-                    ops.reverse();
-                    let v = op.full_merge(&newest.key, None, &ops);
-                    out.push(Entry {
-                        key: newest.key.clone(),
-                        seq: newest.seq,
-                        kind: Kind::Put,
-                        value: Arc::from(v),
-                    });
-                }
+                (None, Some(op)) if nothing_older => match fold(op, group, None) {
+                    Some(folded) => out.push(folded),
+                    None => out.extend(group.iter().cloned()),
+                },
                 (Some(b), None) => out.extend(group[..=b].iter().cloned()),
                 _ => out.extend(group.iter().cloned()),
             }
@@ -316,6 +303,27 @@ pub fn compact_versions(
         }
     }
     Ok(out)
+}
+
+/// `operands` (one key's Merge entries, newest first) folded onto `base` into a Put that keeps
+/// the newest operand's sequence number; `None` when the folded value would be longer than
+/// [`MAX_VALUE_LEN`], which no structure stores (a run refuses it, a B-tree blob reads back as
+/// corrupt). The caller then keeps the versions as they are, each within the limit, and reads
+/// fold them ([`resolve`]): a value of any length the operator makes stays readable, and the
+/// database can always flush, compact and reopen.
+fn fold(op: &Arc<dyn MergeOperator>, operands: &[Entry], base: Option<&[u8]>) -> Option<Entry> {
+    let newest = operands.first()?;
+    let ops: Vec<&[u8]> = operands.iter().rev().map(|v| &v.value[..]).collect();
+    let value = op.full_merge(&newest.key, base, &ops);
+    if value.len() > MAX_VALUE_LEN {
+        return None;
+    }
+    Some(Entry {
+        key: newest.key.clone(),
+        seq: newest.seq,
+        kind: Kind::Put,
+        value: Arc::from(value),
+    })
 }
 
 /// Groups a sorted stream by key and applies [`compact_versions`] to each group.
@@ -461,6 +469,47 @@ mod tests {
         assert_eq!(r.as_deref(), Some(&b"b"[..]));
         let r = resolve(b"k", &vs, 6, Some(&op)).unwrap_or_default();
         assert_eq!(r, None);
+    }
+
+    /// Regression (issue 17 item 2): a fold longer than `MAX_VALUE_LEN` is not made; the base and
+    /// operands stay as they are (with a tombstone base dropped at the bottom, where it hides
+    /// nothing), and a read folds them into the whole value. A fold up to the limit is made.
+    #[test]
+    fn a_fold_past_the_value_limit_keeps_the_versions() {
+        let op: Arc<dyn MergeOperator> = Arc::new(Concat);
+        let half = "h".repeat(MAX_VALUE_LEN / 2);
+        let seqs = |v: &[Entry]| v.iter().map(|e| (e.seq, e.kind)).collect::<Vec<_>>();
+        for base in [Kind::Put, Kind::Delete] {
+            let vs = vec![
+                e(9, Kind::Merge, "x"),
+                e(8, Kind::Merge, &half),
+                e(7, Kind::Merge, &half),
+                e(6, base, "b"),
+            ];
+            // Within the limit: folded into one Put.
+            let fits = &vs[if base == Kind::Put { 2 } else { 1 }..];
+            let kept = compact_versions(fits, &[], false, Some(&op)).unwrap_or_default();
+            assert_eq!(seqs(&kept), vec![(fits[0].seq, Kind::Put)], "{base:?}");
+            for bottom in [false, true] {
+                let kept = compact_versions(&vs, &[], bottom, Some(&op)).unwrap_or_default();
+                let mut want = seqs(&vs);
+                if bottom && base == Kind::Delete {
+                    want.pop();
+                }
+                assert_eq!(seqs(&kept), want, "{base:?} bottom {bottom}");
+                let r = resolve(b"k", &kept, 100, Some(&op)).unwrap_or_default();
+                let len = MAX_VALUE_LEN + 1 + usize::from(base == Kind::Put);
+                assert_eq!(r.map(|v| v.len()), Some(len), "{base:?} bottom {bottom}");
+            }
+        }
+        // Operands alone at the bottom: nothing older to fold onto, and too long to fold.
+        let vs = vec![
+            e(9, Kind::Merge, "x"),
+            e(8, Kind::Merge, &half),
+            e(7, Kind::Merge, &half),
+        ];
+        let kept = compact_versions(&vs, &[], true, Some(&op)).unwrap_or_default();
+        assert_eq!(kept, vs);
     }
 
     /// Regression: a frozen memtable (a lower source) holds Merge operands while the index (the
