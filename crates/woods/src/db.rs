@@ -494,7 +494,13 @@ impl Db {
     }
 
     /// Applies a batch atomically; with `Durability::Sync` it is on the device when this returns.
+    /// Without the write-ahead log ([`Options::wal`] false) a `Sync` write is
+    /// [`Error::InvalidOption`] and is not applied: nothing could sync it before acknowledging
+    /// it ([`Db::sync`] makes writes durable then).
     pub fn write_with(&self, batch: &WriteBatch, durability: Durability) -> Result<()> {
+        if durability == Durability::Sync && self.inner.wal.is_none() {
+            return Err(Error::InvalidOption(crate::options::NO_WAL_SYNC.into()));
+        }
         self.inner.write(batch, durability)
     }
 
@@ -530,14 +536,18 @@ impl Db {
         self.range::<std::ops::RangeFull>(..)
     }
 
-    /// Makes every acknowledged write durable.
+    /// Makes every acknowledged write durable: syncs the write-ahead log or, without one
+    /// ([`Options::wal`] false), moves every memtable into the index durably (as
+    /// [`Db::flush`]).
     pub fn sync(&self) -> Result<()> {
         self.inner.check_failed()?;
-        if let Some(w) = &self.inner.wal {
-            let r = w.sync_to(u64::MAX);
-            self.inner.note(r)?;
+        match &self.inner.wal {
+            Some(w) => {
+                let r = w.sync_to(u64::MAX);
+                self.inner.note(r)
+            }
+            None => self.inner.flush_all(),
         }
-        Ok(())
     }
 
     /// Moves every memtable into the index and makes it durable there.
