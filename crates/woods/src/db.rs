@@ -570,6 +570,16 @@ impl Db {
         Ok(())
     }
 
+    /// Whether [`Options::direct_io`] asked for direct I/O and the file system refused it
+    /// (tmpfs, some FUSE and network file systems), so that the data file goes through the OS
+    /// page cache (pages are cached twice, there and in woods' cache, and the I/O figures of
+    /// a benchmark are no longer those of the device).
+    /// Decided once, at open; [`Stats::direct_io`] says which I/O is in effect. The library
+    /// prints nothing: a program tells its user if it matters (the `woods` tool warns once).
+    pub fn direct_io_fallback(&self) -> bool {
+        self.inner.opts.direct_io && !self.inner.store.is_direct()
+    }
+
     /// Counters and shape.
     pub fn stats(&self) -> Stats {
         self.inner.stats()

@@ -457,6 +457,8 @@ pub struct Options {
     /// Bytes of one memtable (default 16 MiB). Two may exist at once (active and frozen).
     pub memtable_bytes: u64,
     /// Use direct I/O for the data file where the file system supports it (default true).
+    /// Where it does not, the file is opened buffered instead, and
+    /// [`crate::Db::direct_io_fallback`] says so.
     pub direct_io: bool,
     /// Default durability of writes (default [`Durability::Buffered`]). [`Durability::Sync`]
     /// needs `wal`: [`crate::Db::open`] refuses it without.
