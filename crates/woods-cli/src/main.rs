@@ -39,7 +39,7 @@ Exit status: 0 on success; 1 when `get` finds no value or `verify` finds a bad r
 )]
 struct Cli {
     /// Do not use direct I/O for the data file (by default it is used where the file system
-    /// supports it).
+    /// supports it; where it does not, a warning says so).
     #[arg(long, global = true)]
     no_direct_io: bool,
 
