@@ -61,7 +61,7 @@ check reports, cannot be undone by repair).";
 )]
 struct Cli {
     /// Do not use direct I/O for the data file (by default it is used where the file system
-    /// supports it).
+    /// supports it; where it does not, a warning says so).
     #[arg(long, global = true)]
     no_direct_io: bool,
 
@@ -315,7 +315,7 @@ pub fn open_existing(path: &Path, opts: Options) -> CliResult<Db> {
             path.display()
         )));
     }
-    Db::open(path, opts).ctx(|| format!("opening {}", path.display()))
+    open_db(path, opts)
 }
 
 /// Whether `dir` holds woods' files (data file, manifest logs, log files): a database, or the
@@ -340,7 +340,28 @@ pub fn open_or_create(path: &Path, opts: Options) -> CliResult<Db> {
             path.display()
         )));
     }
-    Db::open(path, opts).ctx(|| format!("opening {}", path.display()))
+    open_db(path, opts)
+}
+
+/// Opens the database at `path` and, when the file system refused the direct I/O asked for,
+/// says so once on stderr: figures read from `stats` or `load` then include the OS page cache.
+fn open_db(path: &Path, opts: Options) -> CliResult<Db> {
+    let db = Db::open(path, opts).ctx(|| format!("opening {}", path.display()))?;
+    if let Some(w) = direct_io_warning(&db, path) {
+        eprintln!("{w}");
+    }
+    Ok(db)
+}
+
+/// The warning for a database whose direct I/O fell back to buffered I/O, if it did.
+fn direct_io_warning(db: &Db, path: &Path) -> Option<String> {
+    db.direct_io_fallback().then(|| {
+        format!(
+            "woods: warning: the file system of {} refuses direct I/O: the data file is read \
+             and written through the OS page cache (--no-direct-io asks for that)",
+            path.display()
+        )
+    })
 }
 
 fn close(db: Db) -> CliResult<()> {
@@ -517,6 +538,38 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("woods: error: {e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use woods::storage::{FaultFs, Fs};
+
+    /// The warning appears exactly when direct I/O was asked for and refused: the in-memory
+    /// file system has none (on real file systems, `tests/direct_io_warning.rs`).
+    #[test]
+    fn a_refused_direct_io_gets_a_warning() {
+        let fs: Arc<dyn Fs> = Arc::new(FaultFs::new());
+        let path = Path::new("/db");
+        for (direct_io, warned) in [(true, true), (false, false)] {
+            let db = Db::open(
+                path,
+                Options {
+                    direct_io,
+                    fs: Some(fs.clone()),
+                    ..Options::default()
+                },
+            )
+            .expect("open");
+            let w = direct_io_warning(&db, path);
+            assert_eq!(w.is_some(), warned, "direct_io {direct_io}: {w:?}");
+            if let Some(w) = w {
+                assert!(w.contains("/db") && w.contains("--no-direct-io"), "{w}");
+            }
+            db.close().expect("close");
         }
     }
 }

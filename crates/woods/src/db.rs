@@ -21,7 +21,8 @@ use crate::memtable::Memtable;
 use crate::merge::{resolve, EntryIter, MergeIter, Resolver};
 use crate::options::{Durability, Options, PersistedConfig};
 use crate::storage::{
-    AlignedBuf, Allocator, Fs, IoCounters, IoSnapshot, OpenMode, PageFile, RealFs, PAGE_SIZE,
+    seal_page, verify, AlignedBuf, Allocator, Fs, IoCounters, IoSnapshot, OpenMode, PageFile,
+    RealFs, PAGE_BODY, PAGE_SIZE,
 };
 use crate::wal::{self, WalWriter};
 
@@ -30,7 +31,9 @@ pub const DATA_FILE: &str = "data.woods";
 pub(crate) const LOCK_FILE: &str = "LOCK";
 /// Format version of the data file header and everything it implies.
 pub const FORMAT_MAJOR: u16 = 1;
-pub const FORMAT_MINOR: u16 = 0;
+/// Minor 1: the header page has the checksum trailer of every page (1.0 headers have zeros
+/// there and open as they are).
+pub const FORMAT_MINOR: u16 = 1;
 const DATA_MAGIC: &[u8; 8] = b"WOODSDAT";
 /// Pages per device write while building runs (256 KiB).
 pub const EXTENT_PAGES: u32 = 64;
@@ -193,12 +196,16 @@ pub(crate) fn write_header(kind: &PersistedConfig) -> AlignedBuf {
     codec::put_bytes(&mut h, &cfg);
     let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
     buf[..h.len()].copy_from_slice(&h);
+    seal_page(0, &mut buf);
     buf
 }
 
+/// Checks page 0 (docs/format.md, "Data file header"): the major version first, since another
+/// major may place its checksum elsewhere; then the checksum, which a 1.0 header lacks.
 fn check_header(page: &[u8]) -> Result<()> {
+    let bad = |detail: String| Error::corruption("data file header", Some(0), detail);
     if &page[..8] != DATA_MAGIC {
-        return Err(Error::corruption("data file header", Some(0), "bad magic"));
+        return Err(bad("bad magic".into()));
     }
     let major = u16::from_le_bytes([page[8], page[9]]);
     if major != FORMAT_MAJOR {
@@ -206,6 +213,16 @@ fn check_header(page: &[u8]) -> Result<()> {
             found_major: major,
             supported_major: FORMAT_MAJOR,
         });
+    }
+    let minor = u16::from_le_bytes([page[10], page[11]]);
+    if minor >= 1 {
+        verify(0, page).map_err(|e| match e {
+            Error::Corruption { detail, .. } => bad(detail),
+            e => e,
+        })?;
+    } else if page[PAGE_BODY..PAGE_SIZE].iter().any(|&b| b != 0) {
+        // 1.0 wrote zeros there: a checksum means a 1.1 header whose minor field is damaged.
+        return Err(bad("format minor 0 with a checksum trailer".into()));
     }
     let page_size = u32::from_le_bytes([page[12], page[13], page[14], page[15]]);
     if page_size as usize != PAGE_SIZE {
@@ -566,7 +583,13 @@ impl Db {
     }
 
     /// Applies a batch atomically; with `Durability::Sync` it is on the device when this returns.
+    /// Without the write-ahead log ([`Options::wal`] false) a `Sync` write is
+    /// [`Error::InvalidOption`] and is not applied: nothing could sync it before acknowledging
+    /// it ([`Db::sync`] makes writes durable then).
     pub fn write_with(&self, batch: &WriteBatch, durability: Durability) -> Result<()> {
+        if durability == Durability::Sync && self.inner.wal.is_none() {
+            return Err(Error::InvalidOption(crate::options::NO_WAL_SYNC.into()));
+        }
         self.inner.write(batch, durability)
     }
 
@@ -602,14 +625,18 @@ impl Db {
         self.range::<std::ops::RangeFull>(..)
     }
 
-    /// Makes every acknowledged write durable.
+    /// Makes every acknowledged write durable: syncs the write-ahead log or, without one
+    /// ([`Options::wal`] false), moves every memtable into the index durably (as
+    /// [`Db::flush`]).
     pub fn sync(&self) -> Result<()> {
         self.inner.check_failed()?;
-        if let Some(w) = &self.inner.wal {
-            let r = w.sync_to(u64::MAX);
-            self.inner.note(r)?;
+        match &self.inner.wal {
+            Some(w) => {
+                let r = w.sync_to(u64::MAX);
+                self.inner.note(r)
+            }
+            None => self.inner.flush_all(),
         }
-        Ok(())
     }
 
     /// Moves every memtable into the index and makes it durable there.
@@ -630,6 +657,16 @@ impl Db {
         }
         self.inner.store.alloc().punch_reserve();
         Ok(())
+    }
+
+    /// Whether [`Options::direct_io`] asked for direct I/O and the file system refused it
+    /// (tmpfs, some FUSE and network file systems), so that the data file goes through the OS
+    /// page cache (pages are cached twice, there and in woods' cache, and the I/O figures of
+    /// a benchmark are no longer those of the device).
+    /// Decided once, at open; [`Stats::direct_io`] says which I/O is in effect. The library
+    /// prints nothing: a program tells its user if it matters (the `woods` tool warns once).
+    pub fn direct_io_fallback(&self) -> bool {
+        self.inner.opts.direct_io && !self.inner.store.is_direct()
     }
 
     /// Counters and shape.

@@ -14,6 +14,8 @@ pub enum Durability {
     #[default]
     Buffered,
     /// Acknowledged once the write-ahead log is synced to the device (survives a power cut).
+    /// Needs the log ([`Options::wal`]): without it a `Sync` write is
+    /// [`Error::InvalidOption`], and [`crate::Db::sync`] makes writes durable instead.
     Sync,
 }
 
@@ -463,15 +465,20 @@ pub struct Options {
     /// Bytes of one memtable (default 16 MiB). Two may exist at once (active and frozen).
     pub memtable_bytes: u64,
     /// Use direct I/O for the data file where the file system supports it (default true).
+    /// Where it does not, the file is opened buffered instead, and
+    /// [`crate::Db::direct_io_fallback`] says so.
     pub direct_io: bool,
-    /// Default durability of writes (default [`Durability::Buffered`]).
+    /// Default durability of writes (default [`Durability::Buffered`]). [`Durability::Sync`]
+    /// needs `wal`: [`crate::Db::open`] refuses it without.
     pub durability: Durability,
     /// Threads doing index work in the background (default 1; 0 = writers do all work inline).
     pub background_threads: usize,
     /// Merge operator; its name is *persisted* once a Merge entry has been written.
     pub merge_operator: Option<Arc<dyn MergeOperator>>,
     /// Write the write-ahead log (default true). Without it, only data moved into the index by
-    /// `flush` or `close` survives a crash: for bulk loads.
+    /// `sync`, `flush` or `close` survives a crash: for bulk loads. No write can then be
+    /// acknowledged as synced: [`Durability::Sync`], as the default or for one write, is
+    /// [`Error::InvalidOption`].
     pub wal: bool,
     /// The file system (default: the real one). Tests pass a [`crate::storage::FaultFs`].
     pub fs: Option<Arc<dyn Fs>>,
@@ -513,6 +520,11 @@ impl fmt::Debug for Options {
     }
 }
 
+/// Why a `Sync` write needs the log.
+pub(crate) const NO_WAL_SYNC: &str = "Durability::Sync needs the write-ahead log (Options::wal): \
+     without it no write is on the device when it is acknowledged; write with \
+     Durability::Buffered and call Db::sync (or Db::flush) to make writes durable";
+
 impl Options {
     /// Options for an index kind, everything else default.
     pub fn with_index(kind: IndexKind) -> Options {
@@ -546,6 +558,9 @@ impl Options {
                 "row_cache_bytes {} above half of cache_bytes {}",
                 self.row_cache_bytes, self.cache_bytes
             )));
+        }
+        if self.durability == Durability::Sync && !self.wal {
+            return Err(Error::InvalidOption(NO_WAL_SYNC.into()));
         }
         if self.background_threads > 64 {
             return Err(Error::InvalidOption("background_threads above 64".into()));

@@ -11,7 +11,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
 use std::sync::Arc;
 
-use self::skiplist::{Pos, SkipList, MAX_HEIGHT};
+use self::skiplist::{Pos, RawPos, SkipList, MAX_HEIGHT};
 use crate::entry::{Entry, Kind};
 use crate::error::Result;
 
@@ -120,7 +120,7 @@ impl Memtable {
         self.wal_number
     }
 
-    fn entry(&self, p: Pos) -> Entry {
+    fn entry(&self, p: Pos<'_>) -> Entry {
         let e = self.list.get(p);
         Entry::new(e.key, e.seq, e.kind, e.value)
     }
@@ -190,7 +190,7 @@ impl Memtable {
         };
         MemIter {
             mem: self.clone(),
-            pos,
+            pos: pos.map(Pos::detach),
             end: if reverse { lo } else { hi },
             reverse,
         }
@@ -209,7 +209,8 @@ fn successor(k: &[u8]) -> Vec<u8> {
 /// holds the memtable, so its position in the skip list stays valid.
 pub struct MemIter {
     mem: Arc<Memtable>,
-    pos: Option<Pos>,
+    /// A position in `mem`'s list: `mem` keeps the list alive as long as this iterator.
+    pos: Option<RawPos>,
     /// The bound on the side it moves towards.
     end: Bound<Vec<u8>>,
     reverse: bool,
@@ -218,8 +219,10 @@ pub struct MemIter {
 impl Iterator for MemIter {
     type Item = Result<Entry>;
     fn next(&mut self) -> Option<Result<Entry>> {
-        let p = self.pos?;
         let l = &self.mem.list;
+        // SAFETY: `pos` was detached from a position of this very list, which `self.mem` keeps
+        // alive (nodes are never freed before their list).
+        let p = unsafe { l.attach(self.pos?) };
         let key = l.get(p).key;
         let inside = match (&self.end, self.reverse) {
             (Bound::Unbounded, _) => true,
@@ -233,7 +236,8 @@ impl Iterator for MemIter {
             return None;
         }
         let e = self.mem.entry(p);
-        self.pos = if self.reverse { l.prev(p) } else { l.next(p) };
+        let pos = if self.reverse { l.prev(p) } else { l.next(p) };
+        self.pos = pos.map(Pos::detach);
         Some(Ok(e))
     }
 }
@@ -267,6 +271,22 @@ mod tests {
             .collect::<Result<_>>()
             .unwrap_or_default();
         assert_eq!(rev, vec![2, 1, 3]);
+    }
+
+    /// An iterator keeps its memtable, and so the skip-list nodes its position points at,
+    /// alive after every other handle is gone.
+    #[test]
+    fn an_iterator_outlives_the_handle_it_came_from() {
+        let m = Arc::new(Memtable::new(1));
+        for (i, k) in [b"a", b"b", b"c"].iter().enumerate() {
+            m.insert(*k, i as u64 + 1, Kind::Put, &[b'0' + i as u8; 100]);
+        }
+        let mut it = m.iter(Bound::Unbounded, Bound::Unbounded, false);
+        let first = it.next().and_then(|e| e.ok()).map(|e| e.key.to_vec());
+        drop(m);
+        let rest: Vec<Vec<u8>> = it.filter_map(|e| e.ok()).map(|e| e.key.to_vec()).collect();
+        assert_eq!(first.as_deref(), Some(&b"a"[..]));
+        assert_eq!(rest, vec![b"b".to_vec(), b"c".to_vec()]);
     }
 
     /// Range iteration in both directions and point reads agree with a sorted model for random

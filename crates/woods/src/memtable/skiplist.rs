@@ -15,6 +15,7 @@
 //! is fully written. A node is in the list once it is linked at level 0.
 
 use std::cmp::Ordering;
+use std::marker::PhantomData;
 use std::mem::{align_of, size_of};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering as AtOrd};
@@ -124,15 +125,64 @@ pub struct EntryRef<'a> {
     pub value: &'a [u8],
 }
 
-/// A position in the list: a node (never the head), valid while the list lives.
+/// A position in the list: a node (never the head), borrowed from the list for `'a`.
+///
+/// The lifetime is what makes positions safe to hand out: a node lives exactly as long as its
+/// list's arena, and a `Pos<'a>` can only be made from a `&'a SkipList` (or from another
+/// `Pos<'a>`, whose node's successors are nodes of the same list), so the borrow checker refuses
+/// any use of a position after its list is dropped, or moved. A position may be given to
+/// another list's methods: they only read the node through it, and the results borrow no
+/// longer than both lists do. A position cannot outlive its list:
+///
+/// ```compile_fail,E0505
+/// use woods::entry::Kind;
+/// use woods::memtable::skiplist::SkipList;
+/// let list = SkipList::new();
+/// list.insert(b"key", 1, Kind::Put, b"value", 1);
+/// let pos = list.first().expect("one entry");
+/// drop(list); // frees the arena the node lives in
+/// let freed = SkipList::new();
+/// let _ = freed.get(pos).key; // would read freed memory
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Pos(*const Node);
+pub struct Pos<'a> {
+    node: *const Node,
+    list: PhantomData<&'a SkipList>,
+}
 
-// SAFETY: a Pos is only dereferenced through the list it came from, which keeps the node alive;
-// nodes are immutable once published except for their atomic next pointers.
-unsafe impl Send for Pos {}
+// SAFETY: a Pos is a shared borrow of a published node, which is immutable except for its
+// atomic next pointers, in a list that is itself `Sync`: as `&'a Node` would be.
+unsafe impl Send for Pos<'_> {}
 // SAFETY: see `Send`.
-unsafe impl Sync for Pos {}
+unsafe impl Sync for Pos<'_> {}
+
+impl<'a> Pos<'a> {
+    /// # Safety
+    /// `node` is a published node (not the head) of a list borrowed for `'a`.
+    unsafe fn new(node: *const Node) -> Pos<'a> {
+        Pos {
+            node,
+            list: PhantomData,
+        }
+    }
+
+    /// The position without its lifetime, for a holder that keeps the list alive by other means
+    /// (an iterator owning its memtable). It can only be used again through the `unsafe`
+    /// [`SkipList::attach`].
+    pub(crate) fn detach(self) -> RawPos {
+        RawPos(self.node)
+    }
+}
+
+/// A [`Pos`] without its lifetime ([`Pos::detach`]): it gives no access on its own.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct RawPos(*const Node);
+
+// SAFETY: a RawPos is an address only; reading through it needs `SkipList::attach`, whose caller
+// guarantees the list is alive.
+unsafe impl Send for RawPos {}
+// SAFETY: see `Send`.
+unsafe impl Sync for RawPos {}
 
 /// One arena chunk: its memory and how much of it is handed out. An allocation bumps the
 /// chunk's own counter, so a thread still allocating from a chunk another thread has replaced
@@ -409,7 +459,7 @@ impl SkipList {
     }
 
     /// The first entry at or after (`key`, `seq`) in list order.
-    pub fn seek(&self, key: &[u8], seq: u64) -> Option<Pos> {
+    pub fn seek(&self, key: &[u8], seq: u64) -> Option<Pos<'_>> {
         let mut at = self.head.cast_const();
         let prefix = key_prefix(key);
         let mut found = ptr::null_mut();
@@ -420,28 +470,31 @@ impl SkipList {
         // The successor the level-0 search compared, not `at`'s next pointer loaded again: a
         // node a concurrent writer links after `at` meanwhile may order before (key, seq), and
         // returning it would hide the entry sought (a reader's get then missed a present key).
-        (!found.is_null()).then_some(Pos(found))
+        // SAFETY: a non-null next pointer of this list (borrowed for the result's lifetime).
+        (!found.is_null()).then(|| unsafe { Pos::new(found) })
     }
 
     /// The last entry ordering before (`key`, `seq`).
-    pub fn seek_before(&self, key: &[u8], seq: u64) -> Option<Pos> {
+    pub fn seek_before(&self, key: &[u8], seq: u64) -> Option<Pos<'_>> {
         let mut at = self.head.cast_const();
         let prefix = key_prefix(key);
         for level in (0..self.height.load(AtOrd::Acquire)).rev() {
             at = self.find_splice(key, prefix, seq, level, at).0;
         }
-        (at != self.head.cast_const()).then_some(Pos(at))
+        // SAFETY: a node of this list other than the head.
+        (at != self.head.cast_const()).then(|| unsafe { Pos::new(at) })
     }
 
     /// The first entry.
-    pub fn first(&self) -> Option<Pos> {
+    pub fn first(&self) -> Option<Pos<'_>> {
         // SAFETY: the head is live.
         let n = unsafe { Node::next(self.head, 0) };
-        (!n.is_null()).then_some(Pos(n))
+        // SAFETY: a non-null next pointer of this list.
+        (!n.is_null()).then(|| unsafe { Pos::new(n) })
     }
 
     /// The last entry.
-    pub fn last(&self) -> Option<Pos> {
+    pub fn last(&self) -> Option<Pos<'_>> {
         let mut at = self.head.cast_const();
         for level in (0..self.height.load(AtOrd::Acquire)).rev() {
             loop {
@@ -453,34 +506,45 @@ impl SkipList {
                 at = n;
             }
         }
-        (at != self.head.cast_const()).then_some(Pos(at))
+        // SAFETY: a node of this list other than the head.
+        (at != self.head.cast_const()).then(|| unsafe { Pos::new(at) })
     }
 
     /// The entry after `p`.
-    pub fn next(&self, p: Pos) -> Option<Pos> {
-        // SAFETY: positions come from this list, whose nodes live as long as it does.
-        let n = unsafe { Node::next(p.0, 0) };
-        (!n.is_null()).then_some(Pos(n))
+    pub fn next<'a>(&self, p: Pos<'a>) -> Option<Pos<'a>> {
+        // SAFETY: `p` is a published node of a list borrowed for 'a.
+        let n = unsafe { Node::next(p.node, 0) };
+        // SAFETY: a non-null next pointer of `p`'s list, which is borrowed for 'a.
+        (!n.is_null()).then(|| unsafe { Pos::new(n) })
     }
 
     /// The entry before `p` (a search: O(log n)).
-    pub fn prev(&self, p: Pos) -> Option<Pos> {
+    pub fn prev<'a>(&'a self, p: Pos<'a>) -> Option<Pos<'a>> {
         let e = self.get(p);
         self.seek_before(e.key, e.seq)
     }
 
     /// The entry at `p`.
-    pub fn get(&self, p: Pos) -> EntryRef<'_> {
-        // SAFETY: positions come from this list, whose nodes live (unchanged) as long as it
-        // does; the borrow of `self` bounds the slices' lifetime.
+    pub fn get<'a>(&self, p: Pos<'a>) -> EntryRef<'a> {
+        // SAFETY: `p` is a published node of a list borrowed for 'a, whose nodes live unchanged
+        // (but for their next pointers) as long as it does.
         unsafe {
             EntryRef {
-                key: Node::key(p.0),
-                seq: (*p.0).seq,
-                kind: Kind::from_u8((*p.0).kind).unwrap_or(Kind::Put),
-                value: Node::value(p.0),
+                key: Node::key(p.node),
+                seq: (*p.node).seq,
+                kind: Kind::from_u8((*p.node).kind).unwrap_or(Kind::Put),
+                value: Node::value(p.node),
             }
         }
+    }
+
+    /// The position [`Pos::detach`] made `p` from.
+    ///
+    /// # Safety
+    /// `p` was detached from a position of this list (so its node lives as long as the list).
+    pub(crate) unsafe fn attach(&self, p: RawPos) -> Pos<'_> {
+        // SAFETY: per the caller, a published node of this list, borrowed for the result.
+        unsafe { Pos::new(p.0) }
     }
 }
 

@@ -28,6 +28,15 @@ fn ctx(op: &str, path: &Path) -> String {
     format!("{op} {}", path.display())
 }
 
+/// Whether the kernel reads and writes `file` with direct I/O: its status flags, not the flags
+/// it was opened with, so that `File::is_direct` (and `Stats::direct_io`) reports what is in
+/// effect.
+fn has_o_direct(file: &fs::File) -> bool {
+    // SAFETY: F_GETFL on a valid, owned descriptor; it touches no memory of ours.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    flags != -1 && flags & libc::O_DIRECT != 0
+}
+
 impl Fs for RealFs {
     fn create_dir_all(&self, dir: &Path) -> Result<()> {
         fs::create_dir_all(dir).map_err(|e| Error::io(ctx("creating directory", dir), e))
@@ -42,8 +51,8 @@ impl Fs for RealFs {
             match od.open(path) {
                 Ok(file) => {
                     return Ok(Arc::new(RealFile {
+                        direct: has_o_direct(&file),
                         file,
-                        direct: true,
                         name: path.display().to_string(),
                     }))
                 }
