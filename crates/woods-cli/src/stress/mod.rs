@@ -262,13 +262,15 @@ pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
             eprintln!(
                 "woods stress: FAILED: {} in round {} after {secs:.1} s and {} kills: {why}\n\
                  seed {seed}; the database and expected state are kept in {} (replay: woods \
-                 stress --index {} --seed {seed} --threads {} --readers {} --keys {} \
-                 --memtable-bytes {} --kill-interval {}ms)",
+                 {}stress --index {} --seed {seed} --duration {}ms --threads {} --readers {} \
+                 --keys {} --memtable-bytes {} --kill-interval {}ms)",
                 a.index,
                 t.rounds,
                 t.kills,
                 dir.display(),
+                if no_direct_io { "--no-direct-io " } else { "" },
                 a.index,
+                a.duration.as_millis(),
                 a.threads,
                 a.readers,
                 a.keys,
