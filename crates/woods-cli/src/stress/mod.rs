@@ -45,8 +45,10 @@ reverse and key by key, which must give the same answer.
 
 Each round first opens the database (recovering it), checks every key with a get, every batch \
 in flight, a scan each way against the gets, and Db::check, then adopts the state found as the \
-expected one. A round is killed at a random time around --kill-interval after that; one round in \
-eight (after the first) is killed within half a second of its start, during recovery instead. \
+expected one. A round is killed at a random time around --kill-interval after that (0.5 to 1.5 \
+times it); one round in eight (after the first) is killed during its recovery and verification \
+instead, at a time drawn between its start and the time the round before took to get through \
+them. \
 The number of background threads of each round is drawn from 0, 1 and 2. The last round is \
 stopped cleanly at the end of --duration, closed, reopened and checked once more.
 
@@ -126,6 +128,8 @@ struct Totals {
     writes: u64,
     reads: u64,
     snapshots: u64,
+    /// How long the last round took from its start to the end of its verification.
+    last_recovery: Option<Duration>,
 }
 
 impl Totals {
@@ -342,9 +346,11 @@ impl Run<'_> {
             }
         });
         let interval = self.a.kill_interval.as_secs_f64();
-        // The first round creates the database: a kill then tests creation, not recovery.
-        let mut plan = if round > 1 && rng.below(8) == 0 {
-            let at = spawned + Duration::from_secs_f64(rng.unit() * 0.5_f64.min(interval));
+        // One round in eight is killed while it opens (recovers) and verifies the database, at
+        // a time drawn over the last round's time to get there. The first round creates the
+        // database: a kill then would test creation, not recovery.
+        let mut plan = if let Some(last) = t.last_recovery.filter(|_| rng.below(8) == 0) {
+            let at = spawned + last.mul_f64(rng.unit()).min(self.a.kill_interval);
             if at >= self.deadline {
                 Plan::AfterReady
             } else {
@@ -370,6 +376,7 @@ impl Run<'_> {
                         ready = true;
                         progress = Instant::now();
                         t.verifications += 1;
+                        t.last_recovery = Some(progress - spawned);
                         if matches!(plan, Plan::AfterReady) {
                             let at =
                                 progress + Duration::from_secs_f64(interval * (0.5 + rng.unit()));
