@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use woods::{Db, MergeOperator, Options};
+use woods::{Db, Options};
+use woods_cli::stress_model::{decode, key_id, value, StressMerge};
 
 const BIN: &str = env!("CARGO_BIN_EXE_woods");
 
@@ -89,22 +90,21 @@ fn stress_survives_random_kills_for_every_kind() {
     }
 }
 
-/// Opens a database `woods stress` wrote, as the library does, with an operator of the same name.
+/// Opens a database `woods stress` wrote, with its merge operator.
 fn open_stress_db(dir: &Path) -> Db {
-    struct SameName;
-    impl MergeOperator for SameName {
-        fn name(&self) -> &str {
-            "woods-stress"
-        }
-        fn full_merge(&self, _: &[u8], _: Option<&[u8]>, _: &[&[u8]]) -> Vec<u8> {
-            unreachable!("the tampering only puts and deletes")
-        }
-    }
     let opts = Options {
-        merge_operator: Some(Arc::new(SameName)),
+        merge_operator: Some(Arc::new(StressMerge)),
         ..Options::default()
     };
     Db::open(dir.join("db"), opts).expect("opening the stress database")
+}
+
+/// The first key present in a stress database, with its id and the version it holds.
+fn first_present(db: &Db) -> (Vec<u8>, u32, u32) {
+    let (k, v) = db.iter().unwrap().next().expect("a key").unwrap();
+    let id = key_id(&k).expect("a stress key");
+    let version = decode(id, &v).expect("a stress value");
+    (k, id, version)
 }
 
 /// Runs a short clean stress run in `dir`, tampers with it, and asserts that resuming the run
@@ -149,11 +149,26 @@ fn stress_detects_a_lost_write() {
         "stress_detects_a_lost_write",
         |dir| {
             let db = open_stress_db(dir);
-            let (k, _) = db.iter().unwrap().next().expect("a key").unwrap();
+            let (k, _, _) = first_present(&db);
             db.delete(&k).unwrap();
             db.close().unwrap();
         },
         "is absent but must be version",
+    );
+}
+
+#[test]
+fn stress_detects_a_write_never_made() {
+    assert_tampering_detected(
+        "stress_detects_a_write_never_made",
+        |dir| {
+            // A valid value, of the version the key's next write would make.
+            let db = open_stress_db(dir);
+            let (k, id, version) = first_present(&db);
+            db.put(&k, value(id, version + 1)).unwrap();
+            db.close().unwrap();
+        },
+        "but must be version",
     );
 }
 
@@ -163,7 +178,8 @@ fn stress_detects_a_damaged_value() {
         "stress_detects_a_damaged_value",
         |dir| {
             let db = open_stress_db(dir);
-            let (k, mut v) = db.iter().unwrap().nth(1).expect("two keys").unwrap();
+            let (k, id, version) = first_present(&db);
+            let mut v = value(id, version);
             let last = v.len() - 5;
             v[last] ^= 1;
             db.put(&k, &v).unwrap();

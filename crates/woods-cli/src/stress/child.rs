@@ -17,7 +17,9 @@ use woods::{Db, DbIter, Durability, IndexKind, Options, WriteBatch};
 use woods_bench::dist::Rng;
 
 use super::expected::{BatchEntry, Expected, MAX_BATCH};
-use super::model::{self, absent, describe, key, key_id, version, visible, StressMerge};
+use woods_cli::stress_model::{
+    self as model, absent, describe, key, key_id, version, visible, StressMerge,
+};
 
 /// What the parent passes to each round.
 #[derive(clap::Args, Clone, Debug)]

@@ -4,7 +4,7 @@
 //! Layout (all integers little-endian):
 //! - bytes 0..64, the header: `WSTRESS1`, keys (u32), writer threads (u32), zeros;
 //! - from byte 64, 8 bytes per key: its committed state (u32), then its pending state (u32)
-//!   (states as in `model`);
+//!   (states as in `woods_cli::stress_model`);
 //! - then [`BATCH_RECORD`] bytes per writer thread: the batch it has in flight, an entry count
 //!   (u32), 4 zero bytes, then per entry key id, state before and state after (u32 each) and 4
 //!   zero bytes.

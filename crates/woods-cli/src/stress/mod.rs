@@ -7,7 +7,6 @@
 
 pub mod child;
 mod expected;
-mod model;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -6,8 +6,8 @@
 //! to a key (put, merge or delete, alone or in a batch) advances its version by one, so the
 //! value of version `v` of key `id` is a pure function of `(id, v)`: [`value`].
 
+use crate::gen::splitmix64;
 use woods::MergeOperator;
-use woods_cli::gen::splitmix64;
 
 /// The flag of a state whose last write was a delete.
 pub const DELETED: u32 = 1 << 31;
