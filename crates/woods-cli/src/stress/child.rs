@@ -62,17 +62,16 @@ fn mismatch<T>(m: String) -> Res<T> {
 
 /// Runs one round; returns the exit status.
 pub fn run(a: &ChildArgs, base: Options) -> u8 {
-    match round(a, base) {
-        Ok(()) => 0,
-        Err(Failure::Mismatch(m)) => {
-            eprintln!("woods stress: MISMATCH: {m}");
-            3
-        }
-        Err(Failure::Error(m)) => {
-            eprintln!("woods stress: error: {m}");
-            2
-        }
-    }
+    // Each round draws how background work is done: one thread (the default), two, or none
+    // (the writers do it inline).
+    let background_threads = [1, 1, 2, 0][Rng::new(a.seed, 0).below(4) as usize];
+    let (code, what, m) = match round(a, base, background_threads) {
+        Ok(()) => return 0,
+        Err(Failure::Mismatch(m)) => (3, "MISMATCH", m),
+        Err(Failure::Error(m)) => (2, "error", m),
+    };
+    eprintln!("woods stress: {what}: {m} (a round with {background_threads} background threads)");
+    code
 }
 
 fn say(line: &str) -> Res<()> {
@@ -82,11 +81,8 @@ fn say(line: &str) -> Res<()> {
         .map_err(|e| Failure::Error(format!("writing to the parent: {e}")))
 }
 
-fn open(a: &ChildArgs, base: &Options, rng: &mut Rng) -> Res<Db> {
+fn open(a: &ChildArgs, base: &Options, background_threads: usize) -> Res<Db> {
     let kind = IndexKind::from_name(&a.index).map_err(db_err("--index"))?;
-    // Each round draws how background work is done: one thread (the default), two, or none
-    // (the writers do it inline).
-    let background_threads = [1, 1, 2, 0][rng.below(4) as usize];
     let opts = Options {
         index: Some(kind),
         memtable_bytes: a.memtable_bytes,
@@ -98,10 +94,9 @@ fn open(a: &ChildArgs, base: &Options, rng: &mut Rng) -> Res<Db> {
     Db::open(&path, opts).map_err(db_err(format!("opening {}", path.display())))
 }
 
-fn round(a: &ChildArgs, base: Options) -> Res<()> {
+fn round(a: &ChildArgs, base: Options, background_threads: usize) -> Res<()> {
     let exp = Expected::open(&a.dir.join("expected"), a.keys, a.threads).map_err(Failure::Error)?;
-    let mut rng = Rng::new(a.seed, 0);
-    let db = open(a, &base, &mut rng)?;
+    let db = open(a, &base, background_threads)?;
     let (present, entries) = verify(&db, &exp)?;
     say(&format!("ready {present} {entries}"))?;
 
@@ -153,7 +148,7 @@ fn round(a: &ChildArgs, base: Options) -> Res<()> {
     say(&sh.ops_line())?;
     let Shared { db, exp, .. } = sh;
     db.close().map_err(db_err("closing the database"))?;
-    let db = open(a, &base, &mut rng)?;
+    let db = open(a, &base, background_threads)?;
     let (present, entries) = verify(&db, &exp)?;
     db.close().map_err(db_err("closing the database"))?;
     say(&format!("done {present} {entries}"))
