@@ -70,7 +70,9 @@ pub fn run(a: &ChildArgs, base: Options) -> u8 {
         Err(Failure::Mismatch(m)) => (3, "MISMATCH", m),
         Err(Failure::Error(m)) => (2, "error", m),
     };
-    eprintln!("woods stress: {what}: {m} (a round with {background_threads} background threads)");
+    eprintln!(
+        "woods stress: {what}: {m} (in a round with background_threads = {background_threads})"
+    );
     code
 }
 
