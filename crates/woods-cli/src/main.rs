@@ -2,6 +2,7 @@
 
 mod load;
 mod report;
+mod stress;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -170,6 +171,13 @@ enum Cmd {
     /// arguments, a one-minute smoke run.
     #[command(long_about = woods_bench::cli::BENCH_HELP)]
     Bench(Box<woods_bench::cli::BenchArgs>),
+    /// Crash test: rounds of writer and reader threads killed at random and restarted, the
+    /// database checked against an expected state after every kill.
+    #[command(long_about = stress::STRESS_HELP)]
+    Stress(stress::StressArgs),
+    /// One round of `woods stress` (run by `woods stress` itself).
+    #[command(hide = true)]
+    StressChild(stress::child::ChildArgs),
 }
 
 #[derive(Args)]
@@ -470,6 +478,8 @@ fn run(cli: Cli) -> CliResult<u8> {
         Cmd::Load(a) => load::load(&a, opts),
         Cmd::Verify(a) => load::verify(&a, opts),
         Cmd::Read(a) => load::read(&a, opts),
+        Cmd::Stress(a) => stress::stress(&a, cli.no_direct_io),
+        Cmd::StressChild(a) => Ok(stress::child::run(&a, opts)),
         Cmd::Bench(a) => {
             let exe = std::env::current_exe().map_err(|e| {
                 CliError::Msg(format!("cannot find this binary to run engines: {e}"))
