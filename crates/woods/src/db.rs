@@ -1170,6 +1170,16 @@ impl Inner {
             let done = self.do_work(self.step_bytes())?;
             if done == 0 && self.index.debt() == 0 {
                 self.reap()?;
+                // Judged under the writer lock, and only while the index has nothing left to
+                // make durable: a writer's rotation pushes a frozen memtable and hands it to the
+                // index under that lock, and the index may be committing one it has finished.
+                // (Without both, a flush racing writers took a memtable not yet absorbed, or
+                // not yet committed, for one the index had lost: `woods stress` on `nbtree`.)
+                let _w = self.writer.lock();
+                if self.index.background_work() {
+                    continue;
+                }
+                self.reap()?;
                 if !self.mems.read().frozen.is_empty() && self.index.debt() == 0 {
                     let d = self.index.durable_seq();
                     return Err(Error::corruption(
