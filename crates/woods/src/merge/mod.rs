@@ -223,8 +223,11 @@ impl Iterator for Resolver {
             };
             let key = first.key.clone();
             self.group.push(first);
-            while let Some(Ok(e)) = self.input.peek() {
-                if e.key != key {
+            // An error before the next key is taken here, not left for the next call: the source
+            // that failed may hold this key's other versions (a Merge's base), and a key resolved
+            // from part of its versions would be a wrong value returned without an error.
+            while let Some(r) = self.input.peek() {
+                if r.as_ref().is_ok_and(|e| e.key != key) {
                     break;
                 }
                 match self.input.next() {
@@ -381,7 +384,13 @@ impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
             Ok(e) => e,
             Err(e) => return Some(Err(e)),
         };
-        let alone = !matches!(self.input.peek(), Some(Ok(e)) if e.key == first.key);
+        // A source's error next is no end of the key: it is taken with the group below (and
+        // returned), not left for the next call after a group resolved from part of its versions.
+        let alone = match self.input.peek() {
+            None => true,
+            Some(Ok(e)) => e.key != first.key,
+            Some(Err(_)) => false,
+        };
         if alone && first.kind != Kind::Merge {
             if first.kind == Kind::Delete && self.bottom {
                 return Some(Ok(Kept::Many(Vec::new())));
@@ -392,6 +401,7 @@ impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
         loop {
             match self.input.peek() {
                 Some(Ok(e)) if e.key == group[0].key => {}
+                Some(Err(_)) => {}
                 _ => break,
             }
             match self.input.next() {
@@ -572,6 +582,44 @@ mod tests {
                 want.reverse();
             }
             assert_eq!(resolved, want, "reverse {reverse}");
+        }
+    }
+
+    /// A key's versions followed by a source's error (the corruption sweep found it: a scan
+    /// over a corrupt page returned a Merge's operands folded without their base, and the
+    /// error only after): the unfinished group must not be resolved or compacted, since the
+    /// failed source may hold the key's older versions.
+    fn merge_then_failure() -> Vec<Result<Entry>> {
+        vec![
+            Ok(e(9, Kind::Merge, "x")),
+            Err(Error::corruption("data file", Some(7), "checksum mismatch")),
+            Ok(e(2, Kind::Put, "base")),
+        ]
+    }
+
+    #[test]
+    fn resolver_does_not_fold_a_merge_without_the_base_a_failed_source_held() {
+        let op: Arc<dyn MergeOperator> = Arc::new(Concat);
+        for reverse in [false, true] {
+            let mut input = merge_then_failure();
+            if reverse {
+                input.swap(0, 2);
+            }
+            let mut r = Resolver::new(Box::new(input.into_iter()), 100, Some(op.clone()), reverse);
+            match r.next() {
+                Some(Err(Error::Corruption { page: Some(7), .. })) => {}
+                other => panic!("reverse {reverse}: expected the source's error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn compactor_does_not_fold_a_merge_without_the_base_a_failed_source_held() {
+        let op: Arc<dyn MergeOperator> = Arc::new(Concat);
+        let mut c = Compactor::new(merge_then_failure().into_iter(), Vec::new(), true, Some(op));
+        match c.next() {
+            Some(Err(Error::Corruption { page: Some(7), .. })) => {}
+            other => panic!("expected the source's error, got {other:?}"),
         }
     }
 
