@@ -44,8 +44,8 @@ write-ahead log is replayed by the next open. A database that opens and checks c
 untouched.
 
 Prints what it found and did, one line each, then a summary; exit status 0 when the database
-opens afterwards, 2 when it cannot be repaired (damage in the data file itself, which the index
-check reports, cannot be undone by repair).";
+opens afterwards, 2 when it cannot be repaired: no state checks clean (damage in the data file
+itself, or every state older than pages written since), and the directory is left as it was.";
 
 #[derive(Parser)]
 #[command(

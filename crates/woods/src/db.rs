@@ -292,6 +292,16 @@ pub(crate) fn open_parts(
     }
     let (manifest, state, config) = if exists {
         let (m, st) = Manifest::open(fs.clone(), dir, io.clone())?;
+        if st.page_size as usize != PAGE_SIZE {
+            return Err(Error::corruption(
+                "manifest",
+                None,
+                format!(
+                    "its header gives a page size of {} bytes, not {PAGE_SIZE}",
+                    st.page_size
+                ),
+            ));
+        }
         let stored = PersistedConfig::decode(&st.config)?;
         check_stored_options(&stored, opts)?;
         (m, st, stored)

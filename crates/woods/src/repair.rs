@@ -7,7 +7,8 @@
 //! newest first (most commits; the lower log number on a tie, since a higher-numbered log with
 //! as many commits is the leftover of a rollover that never became current), and keeps the
 //! first whose index checks clean against the data file: it is written as the snapshot of a
-//! new log, which `CURRENT` then names. Nothing but manifest files is written, so a state tried
+//! new log, which `CURRENT` then names, and the other logs are renamed `*.old`. When none checks
+//! clean, the directory is put back as it was. Nothing but manifest files is written, so a state tried
 //! and refused leaves the data file and the write-ahead log as they were. Log records above the
 //! kept state's durable sequence number are replayed by the next open, as after any crash.
 
@@ -70,10 +71,9 @@ impl Db {
     /// clean is left untouched. The database must not be open.
     ///
     /// Errors: the directory holds no database files; no manifest log can be read while the
-    /// data file holds more than its header (the index cannot be found without one); damage
-    /// in the data file itself, which the index check reports and repair cannot undo (when no
-    /// state checks clean, the newest is installed, so that what is readable can be read, and
-    /// the error says so).
+    /// data file holds more than its header (the index cannot be found without one); no state
+    /// checks clean (damage in the data file itself, or states older than pages rewritten
+    /// since), which repair cannot undo: it then leaves the directory as it was.
     pub fn repair(path: impl AsRef<Path>, opts: Options) -> Result<RepairReport> {
         opts.validate()?;
         let dir = path.as_ref();
@@ -139,11 +139,26 @@ impl Db {
         }
         // Newest first: most commits, then the lower number (see the module documentation).
         candidates.sort_by_key(|c| (std::cmp::Reverse(c.state.commits), c.number));
+        let current = dir.join(manifest::CURRENT_FILE);
+        let original = if fs.exists(&current) {
+            let f = fs.open(&current, OpenMode::default())?;
+            let mut bytes = vec![0u8; (f.len()?).min(4096) as usize];
+            f.read_exact_at(&mut bytes, 0)?;
+            Some(bytes)
+        } else {
+            None
+        };
         let mut refused = Vec::new();
+        let mut written = Vec::new();
         for c in &candidates {
             let installed = Manifest::install(&*fs, dir, &c.state, &io)?;
+            written.push(installed);
             match open_parts(&fs, dir, &opts, &io, false).and_then(|p| p.index.check()) {
                 Ok(entries) => {
+                    for &n in written.iter().filter(|&&n| n != installed) {
+                        fs.remove(&dir.join(manifest::manifest_file_name(n)))?;
+                    }
+                    Manifest::set_aside_logs(&*fs, dir, installed, &io)?;
                     report.installed_log = Some(installed);
                     report.from_log = Some(c.number);
                     report.durable_seq = c.state.durable_seq;
@@ -171,20 +186,19 @@ impl Db {
                 }
             }
         }
-        // None checks clean: the damage is in the data file. Keep the newest state, so that
-        // whatever is readable can be read.
-        let newest = &candidates[0];
-        let installed = Manifest::install(&*fs, dir, &newest.state, &io)?;
+        // None checks clean: every state names pages that are damaged, or that later work
+        // freed and wrote again (a page's checksum does not tell which run it belongs to, so
+        // such a state could read wrong values without an error). Keep none: the directory is
+        // put back as it was, and still refuses to open.
+        Manifest::restore_current(&*fs, dir, original.as_deref(), &written, &io)?;
         Err(Error::corruption(
             "repair",
             None,
             format!(
-                "no manifest state checks clean against the data file (first: {}); CURRENT now \
-                 names {}, holding the newest state (that of {}), so that what is readable can \
-                 be read",
-                refused[0],
-                manifest::manifest_file_name(installed),
-                manifest::manifest_file_name(newest.number)
+                "no manifest state checks clean against the data file (the newest, that of {}: \
+                 {}); nothing was kept, and the directory is as it was",
+                manifest::manifest_file_name(candidates[0].number),
+                refused[0]
             ),
         ))
     }

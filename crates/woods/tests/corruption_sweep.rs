@@ -46,12 +46,14 @@ const OPS: u64 = 4_000;
 const KEYS: u64 = 1_500;
 /// Explicit flushes after these many operations (background flushes add more).
 const FLUSH_AT: [u64; 3] = [1_000, 2_200, 3_700];
-/// Still open (issue 17 items 3 and 5): a flip in the manifest's last record reads as a torn
-/// tail, and a refused repair installs the newest state it could read; either state may name
-/// pages that later work freed and rewrote, and a page's checksum does not cover the run or
-/// generation it belongs to, so such a page passes as valid and a read can be silently wrong
-/// (seen with `btree`). Those outcomes are counted on their own line and do not fail the sweep;
-/// set this to `false` once stale pages are detected.
+/// Still open (issue 17 item 5): a flip in the manifest's last record reads as a torn tail (what
+/// a crash during the last commit leaves, which no reader can tell from a flipped byte), so the
+/// database opens at the commit before; that state may name pages that later work freed and
+/// rewrote, and a page's checksum does not cover the run or generation it belongs to, so such a
+/// page passes as valid and a read can be silently wrong (seen with `btree`). Those outcomes are
+/// counted on their own line and do not fail the sweep; set this to `false` once stale pages
+/// are detected. (A refused repair no longer installs anything: the directory is put back as
+/// it was and still refuses to open.)
 const STALE_PAGE_AFTER_ROLLBACK_OPEN: bool = true;
 /// The table's prefix for reads after a refused repair.
 const REFUSED: &str = "after repair refused: ";

@@ -804,16 +804,15 @@ impl Manifest {
 
     /// Makes `state` the database's manifest, for repair: writes it as the snapshot of a new
     /// log numbered above every log in `dir`, syncs it and points `CURRENT` at it (the commit
-    /// point), then renames every other log to `<name>.old` (kept for inspection; no longer
-    /// a manifest log). Returns the new log's number.
+    /// point). The other logs stay where they are ([`Manifest::set_aside_logs`] renames them).
+    /// Returns the new log's number.
     pub fn install(
         fs: &dyn Fs,
         dir: &Path,
         state: &ManifestState,
         counters: &IoCounters,
     ) -> Result<u64> {
-        let logs = manifest_files(fs, dir);
-        let number = logs.last().copied().unwrap_or(0) + 1;
+        let number = manifest_files(fs, dir).last().copied().unwrap_or(0) + 1;
         let allocated: BTreeMap<u64, u64> =
             state.allocated.iter().map(|e| (e.start, e.pages)).collect();
         let snapshot = encode_snapshot(
@@ -833,13 +832,52 @@ impl Manifest {
             counters,
         )?;
         install_current(fs, dir, number, counters)?;
-        for old in logs {
+        Ok(number)
+    }
+
+    /// Renames every manifest log in `dir` but `keep` to `<name>.old` (kept for inspection; no
+    /// longer a manifest log), durably.
+    pub fn set_aside_logs(fs: &dyn Fs, dir: &Path, keep: u64, counters: &IoCounters) -> Result<()> {
+        for old in manifest_files(fs, dir).into_iter().filter(|&n| n != keep) {
             let name = manifest_file_name(old);
             fs.rename(&dir.join(&name), &dir.join(format!("{name}.old")))?;
         }
         fs.sync_dir(dir)?;
         counters.record_sync();
-        Ok(number)
+        Ok(())
+    }
+
+    /// Puts `CURRENT` back as it was before a repair that found nothing to keep: `original`
+    /// its bytes, or `None` when there was none; removes the logs that repair wrote
+    /// (`written`), durably.
+    pub fn restore_current(
+        fs: &dyn Fs,
+        dir: &Path,
+        original: Option<&[u8]>,
+        written: &[u64],
+        counters: &IoCounters,
+    ) -> Result<()> {
+        match original {
+            Some(bytes) => {
+                let tmp = dir.join(CURRENT_TMP_FILE);
+                let file = open_truncated(fs, &tmp)?;
+                file.write_all_at(bytes, 0)?;
+                file.sync()?;
+                counters.record_sync();
+                fs.rename(&tmp, &dir.join(CURRENT_FILE))?;
+            }
+            None => {
+                if fs.exists(&dir.join(CURRENT_FILE)) {
+                    fs.remove(&dir.join(CURRENT_FILE))?;
+                }
+            }
+        }
+        for &n in written {
+            fs.remove(&dir.join(manifest_file_name(n)))?;
+        }
+        fs.sync_dir(dir)?;
+        counters.record_sync();
+        Ok(())
     }
 
     fn check_poisoned(inner: &Inner) -> Result<()> {
