@@ -236,11 +236,21 @@ struct State {
     ops_since_plan: u64,
     failed: bool,
     injected: u64,
-    /// A planned power cut: at which operation, and what survives it.
-    cut_plan: Option<(u64, PowerCut)>,
+    cut_plan: Option<CutPlan>,
     cut_point: Option<CutPoint>,
     /// The power is off: every operation fails until `power_on`.
     off: bool,
+}
+
+/// A planned power cut: at which operation, and what survives it.
+struct CutPlan {
+    /// Cut at this 0-based index among the operations counted.
+    at: u64,
+    /// Count only operations on a path containing this (all, when `None`).
+    on: Option<String>,
+    /// Operations counted so far.
+    seen: u64,
+    mode: PowerCut,
 }
 
 fn off_error(what: &str) -> Error {
@@ -254,8 +264,12 @@ impl State {
         }
         let n = self.ops_since_plan;
         self.ops_since_plan += 1;
-        if let Some((at, mode)) = self.cut_plan {
-            if at == n {
+        if let Some(plan) = &mut self.cut_plan {
+            let counted = plan.on.as_ref().is_none_or(|on| what.contains(on.as_str()));
+            let hit = counted && plan.seen == plan.at;
+            plan.seen += u64::from(counted);
+            if hit {
+                let mode = plan.mode;
                 self.cut_point = Some(CutPoint {
                     op: n,
                     what: what.to_string(),
@@ -383,8 +397,24 @@ impl FaultFs {
     /// the power stays off, every handle dead and every operation failing, until
     /// [`power_on`](FaultFs::power_on).
     pub fn cut_at(&self, op: u64, mode: PowerCut) {
+        self.plan_cut(op, None, mode);
+    }
+
+    /// Like [`cut_at`](FaultFs::cut_at), counting only the mutating operations on a path that
+    /// contains `file` (`"data.woods"`, `"MANIFEST"`): the power fails at the `nth` of them
+    /// (0-based), wherever the other operations are.
+    pub fn cut_at_op_on(&self, file: &str, nth: u64, mode: PowerCut) {
+        self.plan_cut(nth, Some(file.to_string()), mode);
+    }
+
+    fn plan_cut(&self, at: u64, on: Option<String>, mode: PowerCut) {
         let mut s = self.state.lock();
-        s.cut_plan = Some((op, mode));
+        s.cut_plan = Some(CutPlan {
+            at,
+            on,
+            seen: 0,
+            mode,
+        });
         s.cut_point = None;
     }
 
@@ -884,5 +914,23 @@ mod tests {
             "old handles stay dead"
         );
         assert_eq!(contents(&fs, "/d/f"), Some(vec![1; 512]));
+    }
+
+    #[test]
+    fn planned_cut_on_a_file_counts_only_that_files_operations() {
+        let fs = FaultFs::new();
+        let log = create(&fs, "/d/log");
+        let data = create(&fs, "/d/data");
+        fs.cut_at_op_on("/d/data", 1, PowerCut::Strict);
+        for _ in 0..5 {
+            log.write_all_at(&[1; 16], 0)
+                .expect("log ops are not counted");
+        }
+        data.write_all_at(&[1; 16], 0).expect("data op 0");
+        log.sync().expect("log ops are not counted");
+        assert!(data.sync().is_err(), "data op 1 is the cut");
+        let point = fs.cut_point().expect("cut point");
+        assert_eq!((point.op, point.what.as_str()), (7, "syncing /d/data"));
+        assert!(fs.is_off());
     }
 }
