@@ -34,9 +34,12 @@
 //! A cut can also be planned inside the work of a running database: [`FaultFs::cut_at`] cuts the
 //! power at the Nth mutating operation (counted as [`FaultPlan::fail_op`]), which then fails, as
 //! does everything after it: every handle is dead and every operation fails until
-//! [`FaultFs::power_on`]. [`FaultFs::cut_point`] says which operation it was and on which
-//! thread, so a test can tell a cut inside a flush or merge from one inside a user's write.
-//! Cuts after an injected failure come from combining a plan with a later cut.
+//! [`FaultFs::power_on`]; [`FaultFs::cut_at_op_on`] counts only the operations on one file (the
+//! data file, a manifest), which a log write otherwise outnumbers. [`FaultFs::cut_point`] says
+//! which operation it was and on which thread, so a test can tell a cut inside a flush or merge
+//! from one inside a user's write. [`FaultFs::power_off`] cuts at once and leaves the power off
+//! likewise, so that a database's threads change nothing more before it is dropped. A cut after
+//! an injected failure is a [`FaultPlan`] and then a cut.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
