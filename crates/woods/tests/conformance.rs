@@ -3,6 +3,7 @@
 //! operation counts.
 
 mod common;
+mod power_cut;
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -1118,6 +1119,9 @@ macro_rules! suite {
             use super::*;
             #[test] fn model() { model_test(kind($k)) }
             #[test] fn power_cut() { power_cut_test(kind($k)) }
+            #[test] fn random_power_cut() { power_cut::random_power_cut_test(kind($k)) }
+            #[test] fn power_cut_in_background() { power_cut::power_cut_in_background_test(kind($k)) }
+            #[test] fn power_cut_after_fault() { power_cut::power_cut_after_fault_test(kind($k)) }
             #[test] fn newer_log_survives() { newer_log_survives_test(kind($k)) }
             #[test] fn faults() { fault_test(kind($k)) }
             #[test] fn corruption() { corruption_test(kind($k)) }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
 pub use alloc::{Allocator, Extent};
-pub use fault::{FaultFs, FaultPlan};
+pub use fault::{CutPoint, FaultFs, FaultPlan, PowerCut};
 pub use io::Pending;
 pub use pagefile::{seal_page, verify, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE};
 pub use real::{RealFs, SharedMap};
