@@ -91,6 +91,7 @@ pub struct CutPoint {
 const SECTOR: u64 = 512;
 
 /// A change to a file's contents that no sync has covered yet.
+#[derive(Clone)]
 enum DataOp {
     Write { off: u64, bytes: Vec<u8> },
     SetLen(u64),
@@ -99,6 +100,7 @@ enum DataOp {
 
 /// A change to a directory that no directory sync has covered yet. Each names the file it
 /// concerns, so that one that no longer applies after others were lost is skipped.
+#[derive(Clone)]
 enum DirOp {
     Create { path: PathBuf, id: u64 },
     Rename { from: PathBuf, to: PathBuf, id: u64 },
@@ -524,21 +526,20 @@ impl FaultFs {
         true
     }
 
-    /// An independent file system holding a copy of this one's files, names and durable state,
-    /// with no locks held and no fault plan: many experiments can start from one prepared
-    /// database without rebuilding it. State this copy does not name starts at its default.
+    /// An independent file system holding a copy of this one's files, names, durable state and
+    /// unsynced changes (so a random power cut of the copy can keep some of them), with no locks
+    /// held and no fault or power-cut plan: many experiments can start from one prepared
+    /// database without rebuilding it.
     pub fn fork(&self) -> FaultFs {
         let s = self.state.lock();
         let files = s
             .files
             .iter()
             .map(|(&id, f)| {
-                // The base keeps this compiling, with defaults, when fields are added.
-                #[allow(clippy::needless_update)]
                 let copy = FileData {
                     current: f.current.clone(),
                     durable: f.durable.clone(),
-                    ..FileData::default()
+                    pending: f.pending.clone(),
                 };
                 (id, copy)
             })
@@ -547,6 +548,7 @@ impl FaultFs {
             files,
             dir_current: s.dir_current.clone(),
             dir_durable: s.dir_durable.clone(),
+            dir_pending: s.dir_pending.clone(),
             dirs: s.dirs.clone(),
             next_id: s.next_id,
             generation: s.generation,
