@@ -291,23 +291,26 @@ fn manifest_power_cut_at_every_operation_recovers_a_committed_state() {
     }
 }
 
-#[test]
-fn manifest_flipped_byte_in_tail_record_drops_just_that_record() {
-    let fs = FaultFs::new();
-    let m = create(&fs);
-    let steps: Vec<Step> = history(6)
-        .into_iter()
-        .filter(|s| matches!(s, Step::Commit(_)))
-        .collect();
+/// The commits of a scripted history in log 1: the manifest, the state after each commit (the
+/// created one first) and where each commit's record ends.
+fn commits_in_one_log(fs: &FaultFs) -> (Manifest, Vec<ManifestState>, Vec<u64>) {
+    let m = create(fs);
     let mut states = vec![m.state()];
     let mut ends = vec![fs.file_len(&log_path(1)).unwrap()];
-    for s in &steps {
+    for s in history(6).iter().filter(|s| matches!(s, Step::Commit(_))) {
         run_step(&m, s).unwrap();
         states.push(m.state());
         ends.push(fs.file_len(&log_path(1)).unwrap());
     }
+    (m, states, ends)
+}
+
+#[test]
+fn manifest_flipped_byte_in_tail_record_drops_just_that_record() {
+    let fs = FaultFs::new();
+    let (m, states, ends) = commits_in_one_log(&fs);
     assert_eq!(m.log_number(), 1);
-    let last = steps.len();
+    let last = states.len() - 1;
     // Flip a byte in the last record's header, then in its payload.
     for off in [ends[last - 1] + 2, ends[last] - 1] {
         let fs2 = fs.clone();
@@ -341,20 +344,9 @@ fn manifest_flipped_byte_in_tail_record_drops_just_that_record() {
 #[test]
 fn manifest_damaged_middle_record_is_corruption_not_a_torn_tail() {
     let fs = FaultFs::new();
-    let m = create(&fs);
-    let steps: Vec<Step> = history(6)
-        .into_iter()
-        .filter(|s| matches!(s, Step::Commit(_)))
-        .collect();
-    let mut states = vec![m.state()];
-    let mut ends = vec![fs.file_len(&log_path(1)).unwrap()];
-    for s in &steps {
-        run_step(&m, s).unwrap();
-        states.push(m.state());
-        ends.push(fs.file_len(&log_path(1)).unwrap());
-    }
+    let (m, states, ends) = commits_in_one_log(&fs);
     drop(m);
-    let last = steps.len();
+    let last = states.len() - 1;
     assert!(last >= 4, "the history has too few commits");
     // The record after ends[2] (commit 3): its checksum, its length, its payload.
     for off in [ends[2] + 1, ends[2] + 5, ends[2] + 9, ends[3] - 1] {
