@@ -141,13 +141,25 @@ fn bound(b: Option<(Key, bool)>) -> Bound<Vec<u8>> {
 }
 
 /// The model's entries in a range, or none when the bounds cross (BTreeMap refuses those).
-fn model_range(m: &Model, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-    if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) = (lo, hi) {
-        if a > b || (a == b && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_)))) {
+fn model_range(
+    m: &Model,
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) =
+        (lo, hi)
+    {
+        if a > b
+            || (a == b && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_))))
+        {
             return None;
         }
     }
-    Some(m.range((lo.clone(), hi.clone())).map(|(k, v)| (k.clone(), v.clone())).collect())
+    Some(
+        m.range((lo.clone(), hi.clone()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
 }
 
 struct Harness {
@@ -199,7 +211,11 @@ impl Harness {
         let got = self.state();
         let mut log = std::mem::take(&mut self.log);
         log.extend(maybe.clone());
-        let must = if cut { self.durable } else { log.len() - usize::from(maybe.is_some()) };
+        let must = if cut {
+            self.durable
+        } else {
+            log.len() - usize::from(maybe.is_some())
+        };
         let mut m = Model::new();
         for w in &log[..must] {
             for w in w {
@@ -236,7 +252,11 @@ impl Harness {
                 Write::Merge(k, v) => b.merge(k.bytes(), v.bytes()),
             };
         }
-        let d = if sync { Durability::Sync } else { Durability::Buffered };
+        let d = if sync {
+            Durability::Sync
+        } else {
+            Durability::Buffered
+        };
         match self.db().write_with(&b, d) {
             Ok(()) => {
                 for w in &ws {

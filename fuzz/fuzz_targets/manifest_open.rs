@@ -11,7 +11,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let n = (n as usize % 24).min(rest.len());
     let (current, log) = rest.split_at(n);
-    let current = if n == 0 { &b"MANIFEST-000001\n"[..] } else { current };
+    let current = if n == 0 {
+        &b"MANIFEST-000001\n"[..]
+    } else {
+        current
+    };
     let fs = fuzzing::fault_fs_with(&[("CURRENT", current), ("MANIFEST-000001", log)])
         .expect("set up the files");
     let _ = fuzzing::manifest_open(&fs);

@@ -12,6 +12,10 @@ fuzz_target!(|data: &[u8]| {
         let _ = fuzzing::batch(p);
         framed.extend_from_slice(&fuzzing::frame_record(p));
     }
-    assert_eq!(&data[..framed.len()], &framed[..], "frame(next_record(x)) differs");
+    assert_eq!(
+        &data[..framed.len()],
+        &framed[..],
+        "frame(next_record(x)) differs"
+    );
     assert_eq!(fuzzing::wal_records(&framed, 1 << 16), records);
 });

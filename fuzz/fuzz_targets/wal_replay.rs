@@ -9,7 +9,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&split, rest)) = data.split_first() else {
         return;
     };
-    let cut = if split == 0 { rest.len() } else { (split as usize * rest.len() / 255).min(rest.len()) };
+    let cut = if split == 0 {
+        rest.len()
+    } else {
+        (split as usize * rest.len() / 255).min(rest.len())
+    };
     let (a, b) = rest.split_at(cut);
     let n1 = fuzzing::wal_file_name(1);
     let n2 = fuzzing::wal_file_name(2);
