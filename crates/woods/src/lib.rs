@@ -20,6 +20,8 @@ pub mod db;
 pub mod entry;
 pub mod error;
 pub mod filter;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod heap;
 pub mod index;
 pub mod manifest;

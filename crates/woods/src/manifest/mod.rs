@@ -203,7 +203,7 @@ fn encode_delta(c: &Commit) -> Vec<u8> {
 }
 
 /// A decoded record payload.
-enum Record {
+pub(crate) enum Record {
     Snapshot {
         config: Vec<u8>,
         index_meta: Vec<u8>,
@@ -214,7 +214,7 @@ enum Record {
     Delta(Commit),
 }
 
-fn decode_record(payload: &[u8]) -> Result<Record> {
+pub(crate) fn decode_record(payload: &[u8]) -> Result<Record> {
     let mut r = Reader::new(payload, "manifest record");
     let rec = match r.u8()? {
         TAG_SNAPSHOT => {
@@ -464,7 +464,7 @@ fn read_whole(fs: &dyn Fs, path: &Path, counters: &IoCounters) -> Result<Vec<u8>
 }
 
 /// What reading a log found.
-struct Loaded {
+pub(crate) struct Loaded {
     state: ManifestState,
     allocated: BTreeMap<u64, u64>,
     log_len: u64,
@@ -477,7 +477,7 @@ struct Loaded {
 
 /// What [`load_log`] does with a bad record that valid records follow.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum OnDamage {
+pub(crate) enum OnDamage {
     /// It is corruption (opening a database).
     Refuse,
     /// Keep the state before it ([`Manifest::salvage`], for `woods repair`).
@@ -503,7 +503,7 @@ fn valid_records_after(buf: &[u8], from: usize) -> u64 {
     count
 }
 
-fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Loaded> {
+pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Loaded> {
     if buf.len() < MANIFEST_HEADER_LEN || buf[..8] != MANIFEST_MAGIC {
         return Err(Error::corruption(
             name,

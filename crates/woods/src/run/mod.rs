@@ -12,7 +12,7 @@
 //! [`cmp_entries`]: crate::entry::cmp_entries
 
 mod builder;
-mod format;
+pub(crate) mod format;
 mod iter;
 
 #[cfg(test)]
@@ -179,7 +179,7 @@ impl RunMeta {
 
 /// The fields of a run header page.
 #[derive(Debug, PartialEq, Eq)]
-struct HeaderFields {
+pub(crate) struct HeaderFields {
     height: u32,
     tree_root: u64,
     entries: u64,
@@ -193,7 +193,7 @@ struct HeaderFields {
     max_key: Vec<u8>,
 }
 
-fn decode_header(page: u64, buf: &[u8]) -> Result<HeaderFields> {
+pub(crate) fn decode_header(page: u64, buf: &[u8]) -> Result<HeaderFields> {
     let h = header(page, buf, PAGE_HEADER)?;
     let body = buf
         .get(HEADER_LEN..HEADER_LEN + h.aux as usize)

@@ -3,7 +3,7 @@
 //! written to a fresh location, and the new root becomes reachable only through the manifest
 //! commit, so a crash leaves the old or the new tree, never a torn one.
 
-mod node;
+pub(crate) mod node;
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Bound;
