@@ -159,6 +159,11 @@ pub struct Branch {
     run: OnceLock<Arc<Run>>,
     sample: OnceLock<Sample>,
     store: Arc<PageFile>,
+    /// Whether dropping the branch returns its extents to the allocator: set once the branch
+    /// is part of a trunk (built, or decoded from metadata that passed every check). A branch
+    /// of metadata refused part-way must free nothing: its pages may be in use, and the
+    /// allocator may punch what it is given out of the data file.
+    owned: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Branch {
@@ -171,6 +176,7 @@ impl Branch {
     /// A branch just built, with the sample taken while writing it.
     pub fn new(id: u64, run: Run, sample: Sample, store: Arc<PageFile>) -> Arc<Branch> {
         let b = Branch::from_meta(id, run.meta().clone(), store);
+        b.own();
         let _ = b.run.set(Arc::new(run));
         let _ = b.sample.set(sample);
         Arc::new(b)
@@ -178,7 +184,7 @@ impl Branch {
 
     /// A branch known from the trunk metadata: its run is opened, and its sample read from
     /// its index pages, on first use (a damaged branch fails the reads that need it, not the
-    /// open).
+    /// open). It frees nothing when dropped until [`Branch::own`] is called.
     pub fn from_meta(id: u64, meta: RunMeta, store: Arc<PageFile>) -> Branch {
         Branch {
             id,
@@ -186,7 +192,13 @@ impl Branch {
             run: OnceLock::new(),
             sample: OnceLock::new(),
             store,
+            owned: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Makes the branch return its extents to the allocator when it is dropped.
+    pub fn own(&self) {
+        self.owned.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The run's metadata.
@@ -288,6 +300,9 @@ impl Branch {
 
 impl Drop for Branch {
     fn drop(&mut self) {
+        if !*self.owned.get_mut() {
+            return;
+        }
         for e in &self.meta.extents {
             self.store.alloc().release(*e);
         }

@@ -278,6 +278,10 @@ pub fn decode(buf: &[u8], store: &Arc<PageFile>) -> Result<Decoded> {
             )));
         }
     }
+    // Every check passed: the branches are the trunk's, and free their pages when dropped.
+    for b in branches.values() {
+        b.own();
+    }
     Ok(Decoded {
         root: Arc::new(root),
         ids,
