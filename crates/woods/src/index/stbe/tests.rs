@@ -841,23 +841,7 @@ fn work_after_a_failed_incorporation_step_loses_none_of_its_entries() {
 /// the punch offset). A branch now frees its pages only once the metadata passed every check.
 #[test]
 fn refused_metadata_frees_no_page() {
-    let fs = FaultFs::new();
-    fs.create_dir_all(Path::new("/db")).expect("dir");
-    let file = fs
-        .open(
-            Path::new("/db/data"),
-            OpenMode {
-                create: true,
-                direct: false,
-            },
-        )
-        .expect("data file");
-    let store = Arc::new(PageFile::new(
-        file,
-        Cache::new(1 << 20),
-        Allocator::new(1),
-        Arc::new(IoCounters::default()),
-    ));
+    let store = crate::testutil::fault_ctx(&FaultFs::new(), 64 << 10).store;
     let meta: [u8; 42] = [
         0x1, 0x8, 0x1, 0x8, 0x1, 0x3, 0x1, 0x1, 0x3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
         0xff, 0x8, 0x8, 0x0, 0x1, 0x1, 0x60, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x2, 0x1, 0xef,
