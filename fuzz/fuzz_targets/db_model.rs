@@ -360,9 +360,9 @@ fuzz_target!(|data: &[u8]| {
                     let mut want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                     let it = if reverse {
                         want.reverse();
-                        s.range_rev(..)
+                        s.iter_rev()
                     } else {
-                        s.range(..)
+                        s.iter()
                     };
                     match it.and_then(|it| it.collect::<woods::Result<Vec<_>>>()) {
                         Ok(got) => assert!(got == want, "snapshot scan differs"),

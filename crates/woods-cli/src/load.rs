@@ -200,10 +200,7 @@ pub fn verify(g: &GenArgs, base: Options) -> CliResult<u8> {
     let mut unexpected = 0u64;
     let mut bad_value: Option<Problem> = None;
     let mut expected = Vec::with_capacity(g.value_size);
-    for item in db
-        .range::<std::ops::RangeFull>(..)
-        .ctx(|| "scanning the database".into())?
-    {
+    for item in db.iter().ctx(|| "scanning the database".into())? {
         let (k, v) = item.ctx(|| "scanning the database".into())?;
         let Some(i) = gen.index_of(&k, n) else {
             unexpected += 1;

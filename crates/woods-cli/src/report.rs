@@ -1,10 +1,10 @@
-//! `woods stats`: the library's `Stats` in readable form.
+//! `woods stats` and `woods check`: the library's `Stats` and `CheckReport` in readable form.
 
 use std::io::{self, Write};
 use std::time::Duration;
 
 use woods::storage::Purpose;
-use woods::{IndexKind, Stats};
+use woods::{CheckReport, IndexKind, Stats};
 
 /// Bytes with a binary unit, plus the exact count when it is large.
 fn bytes(b: u64) -> String {
@@ -36,6 +36,34 @@ fn ratio(a: u64, b: u64) -> String {
     } else {
         format!("{:.3}", a as f64 / b as f64)
     }
+}
+
+/// `woods check`'s report: what was counted, one line each, then `ok`.
+pub fn print_check(r: &CheckReport) -> io::Result<()> {
+    let mut o = io::stdout().lock();
+    writeln!(
+        o,
+        "live keys          {} (at sequence number {})",
+        r.live_keys, r.seq
+    )?;
+    writeln!(
+        o,
+        "index versions     {} (every version the index holds: puts, deletions, merge operands)",
+        r.index_versions
+    )?;
+    writeln!(
+        o,
+        "memtable versions  {} ({} memtable(s))",
+        r.memtable_versions, r.memtables
+    )?;
+    writeln!(
+        o,
+        "pages              {} in use, {} free, {} in the data file",
+        r.used_pages(),
+        r.free_pages,
+        r.file_pages
+    )?;
+    writeln!(o, "ok")
 }
 
 pub fn print_stats(kind: &IndexKind, s: &Stats) -> io::Result<()> {

@@ -87,6 +87,41 @@ pub struct Stats {
     pub unpunched_pages: u64,
 }
 
+/// What [`Db::check`] verified and counted.
+///
+/// Only [`CheckReport::live_keys`] is a key count; the version counts depend on the index
+/// kind and on timing (how far reorganisation has gone in dropping overwritten versions), so
+/// they measure the work left and the space taken, not the data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckReport {
+    /// The sequence number (point in time) the keys were counted at.
+    pub seq: u64,
+    /// Keys that have a value at `seq`: how many items [`Db::iter`] returned then.
+    pub live_keys: u64,
+    /// Entries the index holds, every version of every key: puts, deletion markers, merge
+    /// operands, and older versions that reorganisation has not dropped yet. Every one of them
+    /// was read and its page checksum and order verified.
+    pub index_versions: u64,
+    /// Entries (all versions, as above) in the memtables, not yet moved into the index (not
+    /// verified: they are in memory). A memtable being moved may be counted here and in
+    /// `index_versions` both.
+    pub memtable_versions: u64,
+    /// Memtables in memory: the active one and those frozen but not yet durable in the index.
+    pub memtables: usize,
+    /// Pages of the data file's allocated space, the header page included (4 KiB each).
+    pub file_pages: u64,
+    /// Pages of `file_pages` that are free (reused by later writes or punched out of the file).
+    pub free_pages: u64,
+}
+
+impl CheckReport {
+    /// Pages in use: the header, the index's pages and its metadata (`file_pages -
+    /// free_pages`).
+    pub fn used_pages(&self) -> u64 {
+        self.file_pages.saturating_sub(self.free_pages)
+    }
+}
+
 struct MemState {
     active: Arc<Memtable>,
     /// Frozen memtables handed to the index but not yet durable there, oldest first.
@@ -150,6 +185,29 @@ struct Inner {
 }
 
 /// An open database. `Send + Sync`: share it between threads with an `Arc`.
+///
+/// Open one with [`Db::open`]; at most one handle, in this process or another, has a
+/// directory open at a time ([`Error::Locked`]).
+///
+/// # Dropping without [`Db::close`]
+///
+/// Dropping a `Db` stops its background threads (each ends the step it is in) and writes
+/// nothing more: the memtables are not moved into the index. What that loses depends on the
+/// write-ahead log ([`Options::wal`]):
+///
+/// - **Log on (the default): nothing acknowledged is lost.** Every write is in the log, in the
+///   operating system, before it is acknowledged, and the next [`Db::open`] replays the log
+///   into the index. This is the same recovery as after a killed process; `close` only makes
+///   the next open quicker. (Across a power cut, only writes made with [`Durability::Sync`],
+///   or followed by a [`Db::sync`], are kept, with or without `close`.)
+/// - **Log off: the writes not yet durable in the index are lost**: every write since the
+///   last [`Db::sync`], [`Db::flush`] or [`Db::drain`], less those that background work
+///   happened to move into the index durably meanwhile ([`Stats::durable_seq`] says up to
+///   which sequence number the index holds writes durably). The next open finds the database
+///   as of that point, whole and consistent, without the writes after it.
+///
+/// Either way the database is never damaged by a drop; call `close` to see the error of the
+/// final flush, if any.
 pub struct Db {
     inner: Arc<Inner>,
     workers: Mutex<Vec<JoinHandle<()>>>,
@@ -587,6 +645,42 @@ impl Db {
         self.write(&b)
     }
 
+    /// Sets `key` to `value` with the given durability: with [`Durability::Sync`] it is on the
+    /// device when this returns (as a one-entry [`WriteBatch`] given to [`Db::write_with`]).
+    /// Errors as [`Db::write_with`]: [`Error::InvalidOption`] for `Sync` without the
+    /// write-ahead log, and as [`Db::put`] for a key or value past its limit
+    /// ([`crate::MAX_KEY_LEN`], [`crate::MAX_VALUE_LEN`]).
+    pub fn put_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        durability: Durability,
+    ) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write_with(&b, durability)
+    }
+
+    /// Deletes `key` with the given durability (see [`Db::put_with`]).
+    pub fn delete_with(&self, key: impl AsRef<[u8]>, durability: Durability) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write_with(&b, durability)
+    }
+
+    /// Adds a merge operand for `key` with the given durability (see [`Db::merge`] and
+    /// [`Db::put_with`]).
+    pub fn merge_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        operand: impl AsRef<[u8]>,
+        durability: Durability,
+    ) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.merge(key, operand);
+        self.write_with(&b, durability)
+    }
+
     /// Applies a batch atomically with the default durability.
     pub fn write(&self, batch: &WriteBatch) -> Result<()> {
         self.write_with(batch, self.inner.opts.durability)
@@ -620,19 +714,45 @@ impl Db {
         }
     }
 
-    /// Iterates `(key, value)` over a key range, ascending, from a consistent point in time.
-    pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
+    /// Iterates `(key, value)` over a key range, ascending, from a consistent point in time
+    /// (the iterator sees no write made after this call).
+    ///
+    /// The bounds are anything that reads as bytes, borrowed or owned:
+    /// `db.range(key.as_slice()..)`, `db.range(b"a".as_slice()..b"b")`, `db.range("a".."b")`,
+    /// `db.range(b"a".to_vec()..=b"z".to_vec())`. Byte-string literals need `.as_slice()`
+    /// (`b"a"..b"b"` has two readings, as arrays or as slices) and so does a pair of borrowed
+    /// [`Bound`]s; an owned pair `(Bound<Vec<u8>>, Bound<Vec<u8>>)` works as it is. For the whole
+    /// database use [`Db::iter`] (a bare `..` names no key type). "From this key, the next
+    /// `n`": `db.range(key.as_slice()..)?.take(n)`, which reads no further than it is asked.
+    ///
+    /// The bounds are copied once, for the index. Each item is a
+    /// `Result<(key, value)>`: a read of the index can fail (I/O, corruption), as can folding a
+    /// key's merge operands without a merge operator ([`Error::MergeOperator`]).
+    pub fn range<K, R>(&self, range: R) -> Result<DbIter>
+    where
+        K: AsRef<[u8]> + ?Sized,
+        R: RangeBounds<K>,
+    {
         DbIter::new(self.inner.clone(), self.inner.pin_seq(), &range, false)
     }
 
-    /// Like [`Db::range`], descending.
-    pub fn range_rev<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
+    /// Like [`Db::range`], in descending key order.
+    pub fn range_rev<K, R>(&self, range: R) -> Result<DbIter>
+    where
+        K: AsRef<[u8]> + ?Sized,
+        R: RangeBounds<K>,
+    {
         DbIter::new(self.inner.clone(), self.inner.pin_seq(), &range, true)
     }
 
-    /// Iterates every key, ascending.
+    /// Iterates every key, ascending (as [`Db::range`] over the whole key space).
     pub fn iter(&self) -> Result<DbIter> {
-        self.range::<std::ops::RangeFull>(..)
+        self.range::<[u8], _>(..)
+    }
+
+    /// Iterates every key, descending (as [`Db::range_rev`] over the whole key space).
+    pub fn iter_rev(&self) -> Result<DbIter> {
+        self.range_rev::<[u8], _>(..)
     }
 
     /// Makes every acknowledged write durable: syncs the write-ahead log or, without one
@@ -684,10 +804,33 @@ impl Db {
         self.inner.stats()
     }
 
-    /// Verifies every page checksum and structural invariant of the index; returns the number of
-    /// entries (all versions) in the index.
-    pub fn check(&self) -> Result<u64> {
-        self.inner.index.check()
+    /// Verifies every page checksum and structural invariant of the index, then reads every
+    /// key once at one point in time, and reports what it counted ([`CheckReport`]).
+    ///
+    /// Reads the whole database twice (the index's pages, then a full scan), so it takes about
+    /// as long as two full scans; it writes nothing. Errors: [`Error::Corruption`] naming the
+    /// page or structure that failed, or the I/O error of a read.
+    pub fn check(&self) -> Result<CheckReport> {
+        let seq = self.inner.pin_seq();
+        let (memtable_versions, memtables) = {
+            let m = self.inner.mems.read();
+            let frozen: u64 = m.frozen.iter().map(|f| f.len() as u64).sum();
+            (m.active.len() as u64 + frozen, 1 + m.frozen.len())
+        };
+        // `DbIter` takes over the registration of `seq`.
+        let mut scan = DbIter::new::<[u8], _>(self.inner.clone(), seq, &(..), false)?;
+        let index_versions = self.inner.index.check()?;
+        let live_keys = scan.try_fold(0u64, |n, r| r.map(|_| n + 1))?;
+        let alloc = self.inner.store.alloc();
+        Ok(CheckReport {
+            seq,
+            live_keys,
+            index_versions,
+            memtable_versions,
+            memtables,
+            file_pages: alloc.end(),
+            free_pages: alloc.free_pages(),
+        })
     }
 
     /// The index kind and its parameters.
@@ -695,7 +838,16 @@ impl Db {
         self.inner.config.lock().index.clone()
     }
 
-    /// Flushes everything into the index and closes the database.
+    /// Moves every memtable into the index durably, stops the background threads and closes
+    /// the database; the next [`Db::open`] then has no log to replay.
+    ///
+    /// Dropping the handle instead is safe while the write-ahead log is on (nothing
+    /// acknowledged is lost: the next open replays the log); with [`Options::wal`] off it loses
+    /// every write not yet durable in the index (see [`Db`], *Dropping without close*).
+    ///
+    /// Errors: the error of the final flush (I/O; [`Error::ReadOnly`] after an earlier failed
+    /// write, in which case nothing is flushed and the log keeps what was acknowledged). The
+    /// handle is closed and its threads stopped either way.
     pub fn close(self) -> Result<()> {
         let r = if !self.inner.failure.is_tripped() {
             self.inner.flush_all()
@@ -718,15 +870,17 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        // Without close(): nothing is flushed (the log has it); just stop the workers.
+        // Without close(): nothing is flushed (the log has it, or, without the log, it is lost
+        // as `Db`'s documentation says); just stop the workers.
         self.stop_workers();
     }
 }
 
-fn bound(b: Bound<&Vec<u8>>) -> Bound<Vec<u8>> {
+/// An owned copy of a caller's bound: the index's iterators outlive the call.
+fn bound<K: AsRef<[u8]> + ?Sized>(b: Bound<&K>) -> Bound<Vec<u8>> {
     match b {
-        Bound::Included(k) => Bound::Included(k.clone()),
-        Bound::Excluded(k) => Bound::Excluded(k.clone()),
+        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
@@ -1294,8 +1448,8 @@ impl Inner {
 
     fn sources(
         &self,
-        lo: &Bound<Vec<u8>>,
-        hi: &Bound<Vec<u8>>,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
         reverse: bool,
     ) -> Result<Vec<EntryIter>> {
         let (active, frozen) = {
@@ -1308,11 +1462,7 @@ impl Inner {
         }
         // The index's sources' first entries (device reads, usually) are read at once, not one
         // after another; the memtables' need no device.
-        srcs.extend(crate::merge::prime(self.index.iter(
-            lo.clone(),
-            hi.clone(),
-            reverse,
-        )?));
+        srcs.extend(crate::merge::prime(self.index.iter(lo, hi, reverse)?));
         Ok(srcs)
     }
 }
@@ -1328,16 +1478,39 @@ impl Snapshot {
     pub fn seq(&self) -> u64 {
         self.seq
     }
+    /// The value of `key` at this snapshot's point in time, if any (see [`Db::get`]).
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         self.inner.get_at(key.as_ref(), self.seq)
     }
-    pub fn range<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
+
+    /// Like [`Db::range`], at this snapshot's point in time.
+    pub fn range<K, R>(&self, range: R) -> Result<DbIter>
+    where
+        K: AsRef<[u8]> + ?Sized,
+        R: RangeBounds<K>,
+    {
         self.inner.snapshots.acquire(self.seq);
         DbIter::new(self.inner.clone(), self.seq, &range, false)
     }
-    pub fn range_rev<R: RangeBounds<Vec<u8>>>(&self, range: R) -> Result<DbIter> {
+
+    /// Like [`Db::range_rev`], at this snapshot's point in time.
+    pub fn range_rev<K, R>(&self, range: R) -> Result<DbIter>
+    where
+        K: AsRef<[u8]> + ?Sized,
+        R: RangeBounds<K>,
+    {
         self.inner.snapshots.acquire(self.seq);
         DbIter::new(self.inner.clone(), self.seq, &range, true)
+    }
+
+    /// Every key at this snapshot's point in time, ascending.
+    pub fn iter(&self) -> Result<DbIter> {
+        self.range::<[u8], _>(..)
+    }
+
+    /// Every key at this snapshot's point in time, descending.
+    pub fn iter_rev(&self) -> Result<DbIter> {
+        self.range_rev::<[u8], _>(..)
     }
 }
 
@@ -1357,14 +1530,13 @@ pub struct DbIter {
 
 impl DbIter {
     /// Takes over the snapshot registration of `seq` made by the caller.
-    fn new<R: RangeBounds<Vec<u8>>>(
-        inner: Arc<Inner>,
-        seq: u64,
-        range: &R,
-        reverse: bool,
-    ) -> Result<DbIter> {
+    fn new<K, R>(inner: Arc<Inner>, seq: u64, range: &R, reverse: bool) -> Result<DbIter>
+    where
+        K: AsRef<[u8]> + ?Sized,
+        R: RangeBounds<K>,
+    {
         let (lo, hi) = (bound(range.start_bound()), bound(range.end_bound()));
-        let srcs = match inner.sources(&lo, &hi, reverse) {
+        let srcs = match inner.sources(lo, hi, reverse) {
             Ok(s) => s,
             Err(e) => {
                 inner.snapshots.release(seq);

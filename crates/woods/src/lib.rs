@@ -37,7 +37,7 @@ pub mod wal;
 mod testutil;
 
 pub use batch::WriteBatch;
-pub use db::{Db, DbIter, Snapshot, Stats};
+pub use db::{CheckReport, Db, DbIter, Snapshot, Stats};
 pub use entry::{Entry, Kind, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use options::{

@@ -62,8 +62,8 @@ fn verify(db: &Db, model: &Model, what: &str) {
         .map(|r| r.unwrap_or_else(|e| panic!("{what}: scan: {e}")))
         .collect();
     let mut rev: Vec<(Vec<u8>, Vec<u8>)> = db
-        .range_rev(..)
-        .unwrap_or_else(|e| panic!("{what}: range_rev: {e}"))
+        .iter_rev()
+        .unwrap_or_else(|e| panic!("{what}: iter_rev: {e}"))
         .map(|r| r.unwrap_or_else(|e| panic!("{what}: reverse scan: {e}")))
         .collect();
     rev.reverse();

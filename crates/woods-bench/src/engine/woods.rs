@@ -79,10 +79,7 @@ impl Engine for WoodsEngine {
         if limit == 0 {
             return Ok(0);
         }
-        let iter = self
-            .db
-            .range(start.to_vec()..)
-            .map_err(|e| err("seek", e))?;
+        let iter = self.db.range(start..).map_err(|e| err("seek", e))?;
         let mut n = 0;
         for entry in iter.take(limit) {
             let (k, v) = entry.map_err(|e| err("next", e))?;

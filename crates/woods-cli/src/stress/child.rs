@@ -550,8 +550,7 @@ fn verify(db: &Db, exp: &Expected) -> Res<(u64, u64)> {
         "full scan",
     )?;
     let rev = collect(
-        db.range_rev::<std::ops::RangeFull>(..)
-            .map_err(db_err("scan"))?,
+        db.iter_rev().map_err(db_err("scan"))?,
         0,
         keys,
         true,
@@ -567,7 +566,7 @@ fn verify(db: &Db, exp: &Expected) -> Res<(u64, u64)> {
             ));
         }
     }
-    let entries = db.check().map_err(db_err("check"))?;
+    let entries = db.check().map_err(db_err("check"))?.index_versions;
     for (id, &s) in state.iter().enumerate() {
         let id = id as u32;
         if exp.committed(id) != s || exp.pending(id) != s {

@@ -1075,7 +1075,7 @@ mod tests {
                     db.put(&k, i.to_le_bytes())?;
                 }
                 db.flush()?;
-                let entries = db.check()?;
+                let entries = db.check()?.index_versions;
                 let height = db.stats().index.height;
                 for i in (0..n).step_by(7) {
                     let mut k = vec![b'k'; MAX_KEY_LEN];
