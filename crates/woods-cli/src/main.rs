@@ -81,8 +81,8 @@ enum Cmd {
         key: String,
         /// Value (text, or hex after `0x`).
         value: String,
-        /// Index kind when creating the database: btree, lsm, nbtree or stbe [default: the library's default,
-        /// lsm]. For an existing database it must match the stored kind if given.
+        /// Index kind when creating the database: btree, lsm, nbtree or stbe [default for a new
+        /// database: lsm]. For an existing database it must match the stored kind if given.
         #[arg(long, value_name = "KIND")]
         index: Option<String>,
     },
@@ -391,6 +391,14 @@ fn run(cli: Cli) -> CliResult<u8> {
             let k = parse_input("KEY", &key)?;
             let v = parse_input("VALUE", &value)?;
             let index = index.map(|n| IndexKind::from_name(&n)).transpose()?;
+            // The library creates nothing without a kind; the tool's default for a new
+            // database is lsm.
+            let index = match index {
+                None if !db.join(woods::manifest::CURRENT_FILE).exists() => {
+                    Some(IndexKind::from_name("lsm")?)
+                }
+                index => index,
+            };
             let db = open_or_create(&db, Options { index, ..opts })?;
             db.put(&k, &v).ctx(|| "put".into())?;
             close(db)?;
@@ -573,7 +581,7 @@ mod tests {
                 Options {
                     direct_io,
                     fs: Some(fs.clone()),
-                    ..Options::default()
+                    ..Options::with_index(IndexKind::from_name("lsm").expect("lsm"))
                 },
             )
             .expect("open");

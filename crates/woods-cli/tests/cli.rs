@@ -77,6 +77,22 @@ fn intact_prefix(out: &str) -> (u64, u64) {
     (w[2].parse().unwrap(), w[4].parse().unwrap())
 }
 
+/// The library creates no database without an index kind; `woods put` names lsm for a new
+/// one when `--index` is not given, and reads the kind of an existing one.
+#[test]
+fn put_creates_an_lsm_database_without_index() {
+    let d = tmp();
+    let db = d.path().join("db");
+    let db = path(&db);
+    ok(&["put", db, "k", "v"]);
+    assert!(ok(&["stats", db]).contains("kind              lsm"));
+    ok(&["put", db, "k2", "v2"]);
+    assert_eq!(ok(&["get", db, "k2"]), "v2\n");
+    let (status, _, err) = code(&["put", db, "k3", "v3", "--index", "btree"]);
+    assert_eq!(status, Some(2), "{err}");
+    assert!(err.contains("index"), "{err}");
+}
+
 #[test]
 fn put_get_del_scan_round_trip() {
     let d = tmp();

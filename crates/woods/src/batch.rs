@@ -28,6 +28,9 @@ pub struct WriteBatch {
 }
 
 impl WriteBatch {
+    /// An empty batch. Its writes are checked when it is written ([`crate::Db::write`]): a
+    /// key or value past its limit, or a batch larger than half of
+    /// [`crate::Options::memtable_bytes`], is refused whole and nothing of it is applied.
     pub fn new() -> WriteBatch {
         WriteBatch::default()
     }
@@ -48,9 +51,11 @@ impl WriteBatch {
         self.ops.push((kind, key.to_vec(), value.to_vec()));
         self
     }
+    /// Writes in the batch (puts, deletes and merges).
     pub fn len(&self) -> usize {
         self.ops.len()
     }
+    /// Whether the batch holds no write (writing it does nothing).
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
@@ -59,6 +64,7 @@ impl WriteBatch {
     pub fn size_bytes(&self) -> usize {
         self.bytes
     }
+    /// Removes every write, keeping the memory for reuse.
     pub fn clear(&mut self) {
         self.ops.clear();
         self.bytes = 0;

@@ -52,32 +52,58 @@ struct Counters {
     memtable_switches: AtomicU64,
 }
 
-/// What `Db::stats` reports.
+/// What [`Db::stats`] reports: counters and the database's shape at one moment.
+///
+/// **Counters restart at zero on every open**: they count the work of this handle, from
+/// [`Db::open`] (log replay included) to the call; none is persisted. A program that tracks
+/// them over a database's life (bytes written, compactions) adds up the figures of each
+/// handle before closing it. The fields that describe the shape instead (`memtables`,
+/// `last_seq`, `durable_seq`, `file_*`, `free_pages`, the index's `height`, `entries` and
+/// `shape`) are read from the database as it is.
 #[derive(Clone, Debug)]
 pub struct Stats {
+    /// The index's shape and its reorganisation counters (counters since open).
     pub index: IndexStats,
+    /// Device I/O by purpose since open: log, flushes, merges, user reads, manifest.
     pub io: IoSnapshot,
+    /// Cache hits, misses and evictions since open, and its capacity.
     pub cache: CacheStats,
     /// Whether the data file is read and written with direct I/O.
     pub direct_io: bool,
+    /// Write calls (a batch counts once) since open.
     pub writes: u64,
-    /// Key + value bytes written by users.
+    /// Key + value bytes written by users since open.
     pub user_bytes: u64,
-    /// Writes delayed by debt pacing, total and worst delay.
+    /// Writes delayed by debt pacing since open.
     pub pacing_delays: u64,
+    /// Total time writes spent in pacing delays since open.
     pub pacing_total: Duration,
+    /// The longest pacing delay of one write since open.
     pub pacing_max: Duration,
     /// Writes that waited for index work or memtable room (LSM stall rules, full memtables).
     pub stalls: u64,
+    /// Total time writes spent in stalls since open.
     pub stall_total: Duration,
+    /// The longest stall of one write since open.
     pub stall_max: Duration,
+    /// Memtables frozen and handed to the index since open.
     pub memtable_switches: u64,
+    /// Memtables in memory now: the active one and those frozen but not yet durable in the
+    /// index.
     pub memtables: usize,
+    /// Bytes those memtables hold (key + value + 64 bytes per entry).
     pub memtable_bytes: u64,
+    /// The sequence number of the newest write readers see (sequence numbers persist: this
+    /// does not restart on open).
     pub last_seq: u64,
+    /// Every write up to this sequence number is durable in the index (the log holds the
+    /// rest, when it is on).
     pub durable_seq: u64,
+    /// Length of the data file in bytes (holes punched out of it included).
     pub file_bytes: u64,
+    /// Pages of the data file's allocated space (4 KiB each), header included.
     pub file_pages: u64,
+    /// Pages of `file_pages` that are free.
     pub free_pages: u64,
     /// Pages freed since open and punched out of the data file (given back to the file system).
     pub punched_pages: u64,
@@ -364,11 +390,11 @@ pub(crate) fn open_parts(
         check_stored_options(&stored, opts)?;
         (m, st, stored)
     } else {
+        let Some(index) = opts.index.clone() else {
+            return Err(Error::InvalidOption(no_kind_to_create(dir)));
+        };
         let config = PersistedConfig {
-            index: opts
-                .index
-                .clone()
-                .unwrap_or_else(|| crate::IndexKind::Lsm(Default::default())),
+            index,
             comparator: "bytewise".into(),
             merge_operator: None,
         };
@@ -445,6 +471,18 @@ pub(crate) fn open_parts(
 }
 
 /// Refuses options that contradict what the database was created with.
+/// Why a new database is not created without an index kind.
+fn no_kind_to_create(dir: &Path) -> String {
+    let kinds: Vec<&str> = crate::IndexKind::all().iter().map(|k| k.name()).collect();
+    format!(
+        "{} holds no database, and Options::index is None (\"the kind the database has\"): \
+         a new database needs its index kind, one of {}, e.g. \
+         Options::with_index(IndexKind::from_name(\"lsm\")?)",
+        dir.display(),
+        kinds.join(", ")
+    )
+}
+
 fn check_stored_options(stored: &PersistedConfig, opts: &Options) -> Result<()> {
     if let Some(k) = &opts.index {
         if k != &stored.index {
@@ -479,6 +517,16 @@ impl Db {
     /// Opens the database in directory `path`, creating it if `path` is absent or holds none
     /// of woods' files.
     ///
+    /// Creating one needs its index kind: with [`Options::index`] `None` ("the kind the
+    /// database has") a directory holding no database is [`Error::InvalidOption`], naming the
+    /// kinds, and nothing is created. An existing database is opened with the options it was
+    /// created with; an explicit [`Options::index`] or merge operator that differs is
+    /// [`Error::OptionsMismatch`] (a missing merge operator where the database holds merge
+    /// operands, [`Error::MergeOperator`]). Other errors: [`Error::InvalidOption`] for an
+    /// option out of its range (each [`Options`] field gives its limits), [`Error::Locked`]
+    /// when another handle has the directory open, and the I/O or [`Error::Corruption`] error
+    /// of reading the database and replaying its log.
+    ///
     /// A directory that holds a data file, manifest logs or log files but no `CURRENT` file is
     /// never created over: that is a damaged database (or one whose creation was cut short),
     /// and opening it is [`Error::Corruption`] naming what is there and what is missing.
@@ -487,6 +535,10 @@ impl Db {
         opts.validate()?;
         let dir = path.as_ref().to_path_buf();
         let fs: Arc<dyn Fs> = opts.fs.clone().unwrap_or_else(|| Arc::new(RealFs));
+        if opts.index.is_none() && !fs.exists(&dir) {
+            // Not even the directory is made (an existing one is judged under its lock).
+            return Err(Error::InvalidOption(no_kind_to_create(&dir)));
+        }
         fs.create_dir_all(&dir)?;
         let lock = fs.lock(&dir.join(LOCK_FILE))?;
         let io = Arc::new(IoCounters::default());
@@ -1577,7 +1629,11 @@ mod tests {
     #[test]
     fn publish_waits_for_earlier_batches() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let db = Db::open(
+            dir.path(),
+            Options::with_index(crate::IndexKind::from_name("lsm").expect("lsm")),
+        )
+        .expect("open");
         let inner = db.inner.clone();
         let base = inner.visible.load(Ordering::Acquire);
         let started = Arc::new(AtomicBool::new(false));

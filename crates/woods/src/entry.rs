@@ -46,14 +46,18 @@ impl Kind {
 /// One version of one key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// The key.
     pub key: Arc<[u8]>,
+    /// The sequence number of the write: newer versions have larger ones.
     pub seq: u64,
+    /// Put, Delete or Merge.
     pub kind: Kind,
     /// The value (Put), the operand (Merge), or empty (Delete).
     pub value: Arc<[u8]>,
 }
 
 impl Entry {
+    /// An entry holding copies of `key` and `value`.
     pub fn new(key: &[u8], seq: u64, kind: Kind, value: &[u8]) -> Entry {
         Entry {
             key: Arc::from(key),
@@ -91,6 +95,7 @@ pub fn check_value(value: &[u8]) -> Result<()> {
 }
 
 /// Little helpers for the byte formats: explicit little-endian integers and LEB128 varints.
+#[doc(hidden)]
 pub mod codec {
     use crate::error::{Error, Result};
 

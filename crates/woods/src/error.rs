@@ -8,40 +8,70 @@ use std::io;
 #[derive(Debug)]
 pub enum Error {
     /// An operating-system I/O call failed (the operation is named in `context`).
-    Io { context: String, source: io::Error },
+    Io {
+        /// What woods was doing, with the path.
+        context: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
     /// A page or record failed its checksum or structural check.
     Corruption {
+        /// The structure that failed (`btree`, `manifest`, `data file header`, ...).
         what: String,
+        /// The page of the data file, where one is at fault.
         page: Option<u64>,
+        /// What was wrong.
         detail: String,
     },
     /// The key is empty or longer than [`crate::MAX_KEY_LEN`].
-    InvalidKey { len: usize },
+    InvalidKey {
+        /// The key's length.
+        len: usize,
+    },
     /// The value is longer than [`crate::MAX_VALUE_LEN`].
-    ValueTooLarge { len: usize },
+    ValueTooLarge {
+        /// The value's length.
+        len: usize,
+    },
     /// A write batch is larger than half of `memtable_bytes` or than one WAL record can carry
     /// (64 MiB).
-    BatchTooLarge { bytes: usize, limit: usize },
+    BatchTooLarge {
+        /// The batch's size as the memtable charges it ([`crate::WriteBatch::size_bytes`]).
+        bytes: usize,
+        /// The most this database takes in one write.
+        limit: usize,
+    },
     /// An option is outside its valid range.
     InvalidOption(String),
     /// An explicit option differs from what the existing database was created with.
     OptionsMismatch {
+        /// The option's name (`index`, `merge_operator`).
         option: String,
+        /// What the database holds.
         stored: String,
+        /// What the options gave.
         given: String,
     },
     /// The database was written by an incompatible format version.
     UnsupportedFormat {
+        /// The major version in the database.
         found_major: u16,
+        /// The major version this build reads.
         supported_major: u16,
     },
     /// Another handle (in this or another process) has the database open.
-    Locked { path: String },
+    Locked {
+        /// The lock file.
+        path: String,
+    },
     /// The database holds Merge entries, or a merge was requested, and no merge operator is
     /// configured (or a different one than the database was written with).
     MergeOperator(String),
     /// An earlier write or sync failed; the database refuses writes until it is reopened.
-    ReadOnly { cause: String },
+    ReadOnly {
+        /// The first failure, which turned the database read-only.
+        cause: String,
+    },
     /// The database handle is closed.
     Closed,
 }
@@ -54,6 +84,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// caller, so that no other thread commits work built on the lost write meanwhile (the
 /// manifest refuses every commit once it is tripped).
 #[derive(Default)]
+#[doc(hidden)]
 pub struct Latch {
     cause: parking_lot::Mutex<Option<String>>,
 }

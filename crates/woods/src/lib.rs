@@ -12,6 +12,11 @@
 //! # Ok::<(), woods::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+// The internal modules (`#[doc(hidden)]`: the index kinds, runs, memtables, the log, the
+// manifest) link their private items in their docs for readers of the source.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod batch;
 pub mod cache;
 #[doc(hidden)]
@@ -19,18 +24,25 @@ pub mod crashpoint;
 pub mod db;
 pub mod entry;
 pub mod error;
+#[doc(hidden)]
 pub mod filter;
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
 pub mod heap;
 pub mod index;
+#[doc(hidden)]
 pub mod manifest;
+#[doc(hidden)]
 pub mod memtable;
+#[doc(hidden)]
 pub mod merge;
 pub mod options;
 pub mod repair;
+#[doc(hidden)]
 pub mod run;
 pub mod storage;
+#[doc(hidden)]
 pub mod wal;
 
 #[cfg(test)]

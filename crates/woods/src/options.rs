@@ -22,7 +22,8 @@ pub enum Durability {
 /// Parameters of the copy-on-write B+-tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BTreeParams {
-    /// Fill target of a leaf built by a split, in percent of the page (50..=100).
+    /// Fill target of a leaf built by a split, in percent of the page (default 90). In
+    /// 50..=100 (`btree fill_percent N not in 50..=100`).
     pub fill_percent: u32,
 }
 
@@ -35,22 +36,28 @@ impl Default for BTreeParams {
 /// Parameters of the leveled LSM-tree (LevelDB's rules).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LsmParams {
-    /// Target size of one table (LevelDB: 2 MiB).
+    /// Target size of one table (LevelDB: 2 MiB). At least 16 KiB (`lsm table_bytes below 16
+    /// KiB`).
     pub table_bytes: u64,
-    /// Size ratio between adjacent levels (LevelDB: 10).
+    /// Size ratio between adjacent levels (LevelDB: 10). At least 2 (`lsm size_ratio below
+    /// 2`).
     pub size_ratio: u64,
     /// Total size of level 1. 0 (the default) sizes it as L0 at its compaction trigger,
     /// `l0_compaction_trigger * memtable_bytes`, and at least LevelDB's 10 MiB: LevelDB's fixed
     /// 10 MiB suits its 4 MiB write buffer, and with larger memtables a small L1 only adds
     /// levels, and write amplification, to the tree (RocksDB sizes its L1 the same way).
+    /// Other than 0, at least `table_bytes` (`lsm level1_bytes below table_bytes`).
     pub level1_bytes: u64,
-    /// Level-0 file count that triggers a compaction (LevelDB: 4).
+    /// Level-0 file count that triggers a compaction (LevelDB: 4). The three level-0 counts
+    /// must satisfy `1 <= l0_compaction_trigger <= l0_slowdown <= l0_stop` (the error says
+    /// so).
     pub l0_compaction_trigger: u32,
     /// Level-0 file count at which each write is delayed by 1 ms (LevelDB: 8).
     pub l0_slowdown: u32,
     /// Level-0 file count at which writes stop until compaction catches up (LevelDB: 12).
     pub l0_stop: u32,
-    /// Bloom filter bits per key (LevelDB's filter policy: 10).
+    /// Bloom filter bits per key (LevelDB's filter policy: 10). At most 64 (`lsm
+    /// bloom_bits_per_key above 64`).
     pub bloom_bits_per_key: u32,
 }
 
@@ -91,8 +98,10 @@ impl Default for LsmParams {
 pub struct NbTreeParams {
     /// f, the s-tree fanout: the most children an s-node has (the paper's experiments: 3).
     /// Inserts cost grows linearly with f, queries fall logarithmically (the paper's Fig. 4).
+    /// In 3..=64 (`nbtree fanout N not in 3..=64`).
     pub fanout: u32,
     /// Bloom filter bits per key of every d-tree (the paper: about 10); 0 builds no filters.
+    /// At most 64 (`nbtree bloom_bits_per_key above 64`).
     pub bloom_bits_per_key: u32,
 }
 
@@ -110,35 +119,41 @@ impl Default for NbTreeParams {
 /// Sizes in bytes are in the memtable's accounting unit: key + value + 64 bytes per entry, so
 /// that one full memtable (the spec's `m`) is `memtable_bytes`. A field left at 0 takes the
 /// default derived from the fanout and the Db's `memtable_bytes`, as the spec states it.
+///
+/// Each field states its limits; a value outside them is [`Error::InvalidOption`] whose
+/// message starts `stbe` and names the field and the limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StbeParams {
     /// Target fanout `F` of trunk nodes: a node with more children is split when a flush
-    /// reaches it (SplinterDB's evaluation: 8).
+    /// reaches it (SplinterDB's evaluation: 8). In 2..=64.
     pub fanout: u32,
     /// Spare child slots `H` above `F`: a node never holds more than `F + H` children
-    /// (dissertation: about 10).
+    /// (dissertation: about 10). At most 64.
     pub fanout_slack: u32,
-    /// Hard cap on branch references per trunk node (dissertation: 84).
+    /// Hard cap on branch references per trunk node (dissertation: 84). From
+    /// `2 * flush_branches + 4` to 4096.
     pub max_branches: u32,
     /// Trigger T2: a node flushes a child once more than this many of its branches are live
-    /// for it. 0: `3F`.
+    /// for it. 0: `3F`. In 1..=1024 (after the default is applied).
     pub flush_branches: u32,
     /// Trigger T1: a node flushes its fullest child while its live data exceeds this. 0: `F·m`.
+    /// Other than 0, at least 16 KiB.
     pub node_bytes: u64,
     /// Leaf size target: a leaf is split, when a flush reaches it, into pieces of at most this
-    /// estimated size. 0: `F·m/2`.
+    /// estimated size. 0: `F·m/2`. Other than 0, at least 16 KiB.
     pub leaf_bytes: u64,
     /// A leaf holding more than this many branches (pending batches counting one each) is
-    /// compacted whole. 0: `3F`.
+    /// compacted whole. 0: `3F`. At least 2, and `leaf_branches + 2 * flush_branches + 2` at
+    /// most `max_branches`.
     pub leaf_branches: u32,
     /// Space reclamation: a leaf whose estimated dead (overwritten or deleted) data exceeds
-    /// this percentage of its size is compacted whole.
+    /// this percentage of its size is compacted whole. In 1..=100.
     pub dead_percent: u32,
     /// Quotient filter remainder bits: false-positive rate about 0.9 · 2⁻ʳ (8: SplinterDB's
-    /// 1/256).
+    /// 1/256). In 1..=16.
     pub filter_remainder_bits: u32,
     /// Pages per allocation chunk while writing a branch (dissertation: 32 pages; 64 = 256 KiB
-    /// matches the substrate's read-ahead window).
+    /// matches the substrate's read-ahead window). In 1..=1024.
     pub extent_pages: u32,
 }
 
@@ -448,32 +463,56 @@ pub trait MergeOperator: Send + Sync {
 
 /// Options for [`crate::Db::open`]. Fields marked *persisted* are stored in the database; leaving
 /// them `None` on open means "what the database has", and an explicit different value is
-/// [`Error::OptionsMismatch`].
+/// [`Error::OptionsMismatch`]. The others apply to this handle only and may change from one
+/// open to the next.
+///
+/// Every limit is checked by [`crate::Db::open`] before it touches the directory: a value
+/// outside the limits its field states is [`Error::InvalidOption`], whose message names the
+/// field and the limit (for instance `memtable_bytes 8192 below 16 KiB`).
+///
+/// Keys and values have fixed limits, not options: a key is 1 to [`crate::MAX_KEY_LEN`]
+/// bytes ([`Error::InvalidKey`]), a value or merge operand at most [`crate::MAX_VALUE_LEN`]
+/// ([`Error::ValueTooLarge`]).
 #[derive(Clone)]
 pub struct Options {
-    /// The index structure (*persisted*). `None` creates a `lsm` database.
+    /// The index structure (*persisted*). `None` (the default) means "the kind the database
+    /// has", and only opens an existing database: on a directory holding no database it is
+    /// [`Error::InvalidOption`] naming the kinds, and nothing is created. A kind other than
+    /// the stored one is [`Error::OptionsMismatch`]. Each kind's parameters give their own
+    /// limits ([`Error::InvalidOption`] outside them).
     pub index: Option<IndexKind>,
     /// Bytes of the cache (default 64 MiB): pages, the in-memory filters of open runs and the
-    /// row cache together.
+    /// row cache together. At least 64 KiB (`cache_bytes N below 64 KiB`); no upper limit
+    /// but the memory there is.
     pub cache_bytes: u64,
     /// The most of `cache_bytes` the row cache may take (point lookup results per key and
     /// immutable run; the pages make room for what it holds). Default 0: no row cache (under
     /// YCSB's zipfian it did not measurably reduce device reads here: docs/engine.md). At most
-    /// half of `cache_bytes`. The `btree` kind, whose pages are rewritten in place of a run,
-    /// does not use it.
+    /// half of `cache_bytes` (`row_cache_bytes N above half of cache_bytes M`). The `btree`
+    /// kind, whose pages are rewritten in place of a run, does not use it.
     pub row_cache_bytes: u64,
-    /// Bytes of one memtable (default 16 MiB). Two may exist at once (active and frozen).
+    /// Bytes of one memtable (default 16 MiB), counted as key + value + 64 bytes per entry.
+    /// Two may exist at once (active and frozen). From 16 KiB (`memtable_bytes N below 16
+    /// KiB`) to 16 GiB (`memtable_bytes N above 16 GiB`). It also bounds one write: a
+    /// [`crate::WriteBatch`] (or single write) larger than half of it, or than the 64 MiB one
+    /// log record carries, is [`Error::BatchTooLarge`] with the limit. Not persisted, but the
+    /// `nbtree` kind's σ and the `stbe` kind's derived sizes follow it.
     pub memtable_bytes: u64,
     /// Use direct I/O for the data file where the file system supports it (default true).
     /// Where it does not, the file is opened buffered instead, and
     /// [`crate::Db::direct_io_fallback`] says so.
     pub direct_io: bool,
-    /// Default durability of writes (default [`Durability::Buffered`]). [`Durability::Sync`]
-    /// needs `wal`: [`crate::Db::open`] refuses it without.
+    /// Default durability of writes (default [`Durability::Buffered`]); `put_with`,
+    /// `delete_with`, `merge_with` and `write_with` choose per write. [`Durability::Sync`]
+    /// needs `wal`: [`crate::Db::open`] refuses it without ([`Error::InvalidOption`] naming
+    /// `Options::wal`).
     pub durability: Durability,
-    /// Threads doing index work in the background (default 1; 0 = writers do all work inline).
+    /// Threads doing index work in the background (default 1; 0 = writers do all work
+    /// inline). At most 64 (`background_threads above 64`).
     pub background_threads: usize,
-    /// Merge operator; its name is *persisted* once a Merge entry has been written.
+    /// Merge operator; its name is *persisted* once a Merge entry has been written. A merge
+    /// without one is [`Error::MergeOperator`]; so is opening a database that holds merge
+    /// operands without it, and one of another name is [`Error::OptionsMismatch`].
     pub merge_operator: Option<Arc<dyn MergeOperator>>,
     /// Write the write-ahead log (default true). Without it, only data moved into the index by
     /// `sync`, `flush` or `close` survives a crash: for bulk loads. No write can then be

@@ -1152,14 +1152,8 @@ fn crash_child() {
         return; // only meaningful when spawned by crash_test
     };
     use std::io::Write;
-    let db = Db::open(
-        &dir,
-        Options {
-            index: None,
-            ..small_options(&kind(&kind_name))
-        },
-    )
-    .expect("child open");
+    // The kind, not None: the first child creates the database.
+    let db = Db::open(&dir, small_options(&kind(&kind_name))).expect("child open");
     let start: u64 = std::env::var("WOODS_CRASH_START")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -68,18 +68,24 @@ pub struct CacheStats {
     pub capacity_pages: u64,
     /// Bytes charged to the cache by [`Cache::reserve`] (filters of open runs).
     pub reserved_bytes: u64,
+    /// Page reads answered from the cache.
     pub hits: u64,
+    /// Page reads that went to the device.
     pub misses: u64,
+    /// Pages dropped to make room.
     pub evictions: u64,
     /// Bytes the row cache may hold (0: no row cache).
     pub row_capacity_bytes: u64,
     /// Bytes the row cache holds (taken from the pages).
     pub row_bytes: u64,
+    /// Point lookups answered from the row cache.
     pub row_hits: u64,
+    /// Point lookups the row cache could not answer.
     pub row_misses: u64,
 }
 
 /// The CLOCK buffer pool.
+#[doc(hidden)]
 pub struct Cache {
     shards: Vec<Mutex<Shard>>,
     hits: AtomicU64,

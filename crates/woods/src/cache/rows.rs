@@ -52,6 +52,7 @@ struct Shard {
 }
 
 /// The CLOCK cache of lookup results, bounded in bytes.
+#[doc(hidden)]
 pub struct RowCache {
     shards: Vec<Mutex<Shard>>,
     /// Bytes each shard may hold.

@@ -4,10 +4,15 @@
 //! the page store. `absorb` only enqueues a frozen memtable; `work` does a bounded step of the
 //! reorganisation; `debt` says how much is left before the next memtable can be absorbed.
 
+#[doc(hidden)]
 pub mod btree;
+#[doc(hidden)]
 pub mod committer;
+#[doc(hidden)]
 pub mod lsm;
+#[doc(hidden)]
 pub mod nbtree;
+#[doc(hidden)]
 pub mod stbe;
 
 use std::collections::BTreeMap;
@@ -28,6 +33,7 @@ use crate::storage::{Extent, PageFile};
 /// Live snapshots (explicit ones and the implicit one every read holds), so that
 /// reorganisations keep the versions they can see.
 #[derive(Default)]
+#[doc(hidden)]
 pub struct Snapshots {
     live: Mutex<BTreeMap<u64, usize>>,
 }
@@ -62,6 +68,7 @@ impl Snapshots {
 
 /// Everything an index needs from the Db.
 #[derive(Clone)]
+#[doc(hidden)]
 pub struct IndexContext {
     pub store: Arc<PageFile>,
     pub manifest: Arc<Manifest>,
@@ -77,6 +84,7 @@ pub struct IndexContext {
 /// extents retired when version *i+1* replaced *i* stay allocated while any version up to *i*
 /// is alive. The manifest record that frees them is synced before the new version is published,
 /// so a release satisfies DESIGN.md's reuse rule.
+#[doc(hidden)]
 pub struct Epoch {
     store: Arc<PageFile>,
     extents: Mutex<Vec<Extent>>,
@@ -124,6 +132,7 @@ impl Drop for Epoch {
 
 /// How the Db must hold back writers, beyond debt pacing (the `lsm` baseline's LevelDB rules).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[doc(hidden)]
 pub enum Stall {
     None,
     /// Delay each write by this many microseconds.
@@ -135,15 +144,20 @@ pub enum Stall {
 /// Shape and counters of an index, for `stats()`.
 #[derive(Clone, Debug, Default)]
 pub struct IndexStats {
+    /// The index kind's name (`btree`, `lsm`, ...).
     pub kind: String,
     /// Levels (LSM) or tree height (B-tree).
     pub height: u64,
+    /// Memtables the index took in since open.
     pub absorbs: u64,
     /// Named reorganisation counters ("compactions", "splits", ...).
     pub counters: BTreeMap<String, u64>,
     /// Free-form shape lines for `woods stats`.
     pub shape: Vec<String>,
+    /// Entries the index holds, every version (as [`crate::CheckReport::index_versions`],
+    /// from metadata rather than a read of every page).
     pub entries: u64,
+    /// Bytes of the index's filters (bloom or quotient).
     pub filter_bytes: u64,
 }
 
@@ -172,6 +186,7 @@ pub trait Index: Send + Sync {
     fn stall(&self) -> Stall {
         Stall::None
     }
+    /// Shape and counters, for [`crate::Db::stats`].
     fn stats(&self) -> IndexStats;
     /// Verifies every page checksum and structural invariant; returns the number of entries.
     fn check(&self) -> Result<u64>;

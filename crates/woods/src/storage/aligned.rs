@@ -107,6 +107,7 @@ fn give_large(size: usize, ptr: NonNull<u8>) {
 }
 
 /// A zero-initialised byte buffer whose start is 4096-byte aligned.
+#[doc(hidden)]
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,

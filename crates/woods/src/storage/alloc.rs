@@ -27,6 +27,7 @@ pub const PUNCH_RESERVE_DIVISOR: u64 = 16;
 
 /// A run of contiguous pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[doc(hidden)]
 pub struct Extent {
     pub start: u64,
     pub pages: u64,
@@ -155,6 +156,7 @@ impl State {
 /// file system as RocksDB's deleted table files do, instead of staying allocated inside the file.
 /// A release happens only when the reuse rule allows the pages to be overwritten, so a hole is
 /// never where a reader or the last synced manifest could look.
+#[doc(hidden)]
 pub struct Allocator {
     state: Mutex<State>,
     first_page: u64,

@@ -382,6 +382,7 @@ fn dead(name: &str) -> Error {
 }
 
 impl FaultFs {
+    /// An empty in-memory file system with no fault planned and the power on.
     pub fn new() -> FaultFs {
         FaultFs::default()
     }

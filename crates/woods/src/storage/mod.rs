@@ -16,10 +16,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+#[doc(hidden)]
 pub use aligned::AlignedBuf;
+#[doc(hidden)]
 pub use alloc::{Allocator, Extent};
 pub use fault::{CutPoint, FaultFs, FaultPlan, PowerCut};
+#[doc(hidden)]
 pub use io::Pending;
+#[doc(hidden)]
 pub use pagefile::{seal_page, verify, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE};
 pub use real::{RealFs, SharedMap};
 
@@ -37,10 +41,15 @@ pub struct OpenMode {
 
 /// A file system: the only way woods touches files.
 pub trait Fs: Send + Sync + 'static {
+    /// Creates `dir` and its missing parents (an existing directory is no error).
     fn create_dir_all(&self, dir: &Path) -> Result<()>;
+    /// Opens (with `mode.create`, creates) the file at `path` for reading and writing.
     fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn File>>;
+    /// Whether a file or directory exists at `path`.
     fn exists(&self, path: &Path) -> bool;
+    /// Removes the file at `path` (durable once its directory is synced).
     fn remove(&self, path: &Path) -> Result<()>;
+    /// Renames `from` to `to`, replacing `to` atomically (durable once the directory is synced).
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
     /// File names (not paths) in a directory.
     fn list(&self, dir: &Path) -> Result<Vec<String>>;
@@ -58,11 +67,15 @@ pub trait File: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], off: u64) -> Result<()>;
     /// Reads up to `buf.len()` bytes at `off`, returning how many were read (fewer at the end).
     fn read_at(&self, buf: &mut [u8], off: u64) -> Result<usize>;
+    /// Writes all of `buf` at `off`, extending the file if needed (durable after `sync`).
     fn write_all_at(&self, buf: &[u8], off: u64) -> Result<()>;
     /// Makes every completed write durable (fdatasync).
     fn sync(&self) -> Result<()>;
+    /// The file's length in bytes.
     fn len(&self) -> Result<u64>;
+    /// Truncates or extends (with zeros) the file to `len` bytes.
     fn set_len(&self, len: u64) -> Result<()>;
+    /// Whether the file was opened with direct I/O.
     fn is_direct(&self) -> bool;
     /// Gives the space of `len` bytes at `off` back to the file system (a hole reading as
     /// zeros; the file's length is unchanged). Only for bytes nothing will read again before
@@ -87,6 +100,7 @@ pub trait File: Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum Purpose {
+    /// The write-ahead log.
     Wal = 0,
     /// Moving a memtable into the index.
     Flush = 1,
@@ -94,10 +108,12 @@ pub enum Purpose {
     Merge = 2,
     /// Reads serving user gets and scans.
     UserRead = 3,
+    /// The manifest logs and `CURRENT`.
     Manifest = 4,
 }
 
 impl Purpose {
+    /// Every purpose, in index order.
     pub const ALL: [Purpose; 5] = [
         Purpose::Wal,
         Purpose::Flush,
@@ -105,6 +121,7 @@ impl Purpose {
         Purpose::UserRead,
         Purpose::Manifest,
     ];
+    /// The short name used in `woods stats` (`wal`, `flush`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Purpose::Wal => "wal",
@@ -118,6 +135,7 @@ impl Purpose {
 
 /// Device I/O counters, per purpose. Cheap atomics, always on.
 #[derive(Default, Debug)]
+#[doc(hidden)]
 pub struct IoCounters {
     read_bytes: [AtomicU64; 5],
     read_ops: [AtomicU64; 5],
@@ -129,23 +147,32 @@ pub struct IoCounters {
 /// A copy of the counters at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IoSnapshot {
+    /// Bytes read, indexed by [`Purpose`] (`read_bytes[Purpose::Flush as usize]`).
     pub read_bytes: [u64; 5],
+    /// Read calls, by purpose.
     pub read_ops: [u64; 5],
+    /// Bytes written, by purpose.
     pub write_bytes: [u64; 5],
+    /// Write calls, by purpose.
     pub write_ops: [u64; 5],
+    /// File and directory syncs.
     pub syncs: u64,
 }
 
 impl IoSnapshot {
+    /// Bytes written for every purpose together.
     pub fn total_written(&self) -> u64 {
         self.write_bytes.iter().sum()
     }
+    /// Bytes read for every purpose together.
     pub fn total_read(&self) -> u64 {
         self.read_bytes.iter().sum()
     }
+    /// Bytes written for one purpose.
     pub fn written(&self, p: Purpose) -> u64 {
         self.write_bytes[p as usize]
     }
+    /// Bytes read for one purpose.
     pub fn read(&self, p: Purpose) -> u64 {
         self.read_bytes[p as usize]
     }

@@ -15,6 +15,7 @@ pub const PAGE_SIZE: usize = 4096;
 pub const PAGE_BODY: usize = PAGE_SIZE - 4;
 
 /// The page store every index kind reads and writes: data file + cache + allocator + counters.
+#[doc(hidden)]
 pub struct PageFile {
     file: Arc<dyn File>,
     cache: Cache,

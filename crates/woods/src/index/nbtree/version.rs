@@ -80,7 +80,7 @@ impl DTree {
 }
 
 /// A structural node. A leaf has no keys and no children; a non-leaf with r keys has r + 1
-/// children, child i holding the keys in [keys[i-1], keys[i]). The root's d-tree is the Db's
+/// children, child i holding the keys in `[keys[i-1], keys[i])`. The root's d-tree is the Db's
 /// memtables; the root owns an on-disk d-tree only while it is a leaf (the tree is one node).
 #[derive(Clone, Default)]
 pub struct SNode {
