@@ -7,6 +7,7 @@
 
 pub mod child;
 mod expected;
+mod watch;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -53,7 +54,8 @@ stopped cleanly at the end of --duration, closed, reopened and checked once more
 
 A progress line is printed every 10 seconds and a summary line at the end: kills, verifications, \
 writes (and per second), reads and snapshots. On any mismatch, or an error, a hang (no progress \
-for 120 s) or a child that dies of itself, it prints what was wrong with the seed, keeps the \
+for 120 s while the round used almost no processor time, or for 20 minutes however busy it was; \
+a hang prints each thread's state and wait channel) or a child that dies of itself, it prints what was wrong with the seed, keeps the \
 directory, and exits 1 (a mismatch) or 2 (anything else).
 
 The directory (--dir, or a new one under the temporary directory, removed after a run that \
@@ -171,8 +173,7 @@ fn parse_line(line: &str) -> Option<Said> {
     }
 }
 
-/// How long a round may go without progress before the run is declared hung.
-const HANG: Duration = Duration::from_secs(120);
+use watch::{Watch, HANG};
 
 /// Runs `woods stress`; returns the exit status.
 pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
@@ -361,7 +362,7 @@ impl Run<'_> {
         let early = matches!(plan, Plan::Kill(_));
         let mut ready = false;
         let mut ops = (0u64, 0u64, 0u64);
-        let mut progress = Instant::now();
+        let mut watch = Watch::new(child.id());
         let result = loop {
             let now = Instant::now();
             let wake = match plan {
@@ -373,7 +374,8 @@ impl Run<'_> {
                 Ok(line) => match parse_line(&line) {
                     Some(Said::Ready) if !ready => {
                         ready = true;
-                        progress = Instant::now();
+                        watch.progress();
+                        let progress = Instant::now();
                         t.verifications += 1;
                         t.last_recovery = Some(progress - spawned);
                         if matches!(plan, Plan::AfterReady) {
@@ -388,7 +390,7 @@ impl Run<'_> {
                     }
                     Some(Said::Ops(w, r, s)) => {
                         if (w, r) != (ops.0, ops.1) {
-                            progress = Instant::now();
+                            watch.progress();
                         }
                         ops = (w, r, s);
                     }
@@ -410,13 +412,23 @@ impl Run<'_> {
                             .map(|()| true);
                     }
                     _ => {
-                        if progress.elapsed() >= HANG {
+                        if let Some(h) = watch.check() {
                             let _ = child.kill();
                             let _ = child.wait();
-                            break Err(Stop::Error(format!(
-                                "round {round} made no progress for {} s (hung); ready: {ready}",
-                                HANG.as_secs()
-                            )));
+                            let mut m = format!(
+                                "round {round} made no progress for {} s (hung{}); ready: {ready}",
+                                h.secs,
+                                if h.busy {
+                                    ", busy all along"
+                                } else {
+                                    ", using almost no processor time"
+                                }
+                            );
+                            for l in &h.threads {
+                                m.push_str("\n  ");
+                                m.push_str(l);
+                            }
+                            break Err(Stop::Error(m));
                         }
                     }
                 },
