@@ -181,16 +181,20 @@ fn wal_records(buf: &[u8]) -> Vec<LogRecord> {
 }
 
 fn manifest_records(buf: &[u8]) -> Vec<LogRecord> {
+    let mut seq = 0;
     frames(buf, MANIFEST_HEADER_LEN)
         .into_iter()
         .map(|(start, end, payload)| {
             let mut r = Reader::new(payload, "manifest record");
             let tag = r.u8().expect("tag");
-            if tag == 1 {
-                r.bytes().expect("config");
+            // An open record (tag 3, a new incarnation) changes no durable sequence number.
+            if tag != 3 {
+                if tag == 1 {
+                    r.bytes().expect("config");
+                }
+                r.bytes().expect("index_meta");
+                seq = r.u64().expect("durable_seq");
             }
-            r.bytes().expect("index_meta");
-            let seq = r.u64().expect("durable_seq");
             LogRecord { start, end, seq }
         })
         .collect()
