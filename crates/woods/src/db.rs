@@ -21,19 +21,20 @@ use crate::memtable::Memtable;
 use crate::merge::{resolve, EntryIter, MergeIter, Resolver};
 use crate::options::{Durability, Options, PersistedConfig};
 use crate::storage::{
-    seal_page, verify, AlignedBuf, Allocator, Fs, IoCounters, IoSnapshot, OpenMode, PageFile,
-    RealFs, PAGE_BODY, PAGE_SIZE,
+    seal_page, verify, AlignedBuf, Allocator, File, Fs, IoCounters, IoSnapshot, OpenMode, PageFile,
+    RealFs, PAGE_SIZE,
 };
 use crate::wal::{self, WalWriter};
 
 /// Data file name inside the database directory.
 pub const DATA_FILE: &str = "data.woods";
 pub(crate) const LOCK_FILE: &str = "LOCK";
-/// Format version of the data file header and everything it implies.
-pub const FORMAT_MAJOR: u16 = 1;
-/// Minor 1: the header page has the checksum trailer of every page (1.0 headers have zeros
-/// there and open as they are).
-pub const FORMAT_MINOR: u16 = 1;
+/// Format version of the data file header and everything it implies. Major 2: every page's
+/// trailer holds its stamp (`storage::Stamp`) before the checksum, so the page body is 16 bytes
+/// shorter than in major 1, whose databases are refused (`Error::UnsupportedFormat`).
+pub const FORMAT_MAJOR: u16 = 2;
+/// Minor version this build writes.
+pub const FORMAT_MINOR: u16 = 0;
 const DATA_MAGIC: &[u8; 8] = b"WOODSDAT";
 /// Pages per device write while building runs (256 KiB).
 pub const EXTENT_PAGES: u32 = 64;
@@ -285,7 +286,7 @@ pub(crate) fn write_header(kind: &PersistedConfig) -> AlignedBuf {
 }
 
 /// Checks page 0 (docs/format.md, "Data file header"): the major version first, since another
-/// major may place its checksum elsewhere; then the checksum, which a 1.0 header lacks.
+/// major may lay the page out otherwise; then the checksum and the page size.
 fn check_header(page: &[u8]) -> Result<()> {
     let bad = |detail: String| Error::corruption("data file header", Some(0), detail);
     if &page[..8] != DATA_MAGIC {
@@ -298,16 +299,10 @@ fn check_header(page: &[u8]) -> Result<()> {
             supported_major: FORMAT_MAJOR,
         });
     }
-    let minor = u16::from_le_bytes([page[10], page[11]]);
-    if minor >= 1 {
-        verify(0, page).map_err(|e| match e {
-            Error::Corruption { detail, .. } => bad(detail),
-            e => e,
-        })?;
-    } else if page[PAGE_BODY..PAGE_SIZE].iter().any(|&b| b != 0) {
-        // 1.0 wrote zeros there: a checksum means a 1.1 header whose minor field is damaged.
-        return Err(bad("format minor 0 with a checksum trailer".into()));
-    }
+    verify(0, page).map_err(|e| match e {
+        Error::Corruption { detail, .. } => bad(detail),
+        e => e,
+    })?;
     let page_size = u32::from_le_bytes([page[12], page[13], page[14], page[15]]);
     if page_size as usize != PAGE_SIZE {
         return Err(Error::corruption(
@@ -338,15 +333,33 @@ pub(crate) struct Parts {
     pub index: Arc<dyn Index>,
 }
 
+fn open_data_file(fs: &Arc<dyn Fs>, path: &Path, opts: &Options) -> Result<Arc<dyn File>> {
+    fs.open(
+        path,
+        OpenMode {
+            create: false,
+            direct: opts.direct_io,
+        },
+    )
+}
+
+fn read_header(file: &dyn File) -> Result<()> {
+    let mut hdr = AlignedBuf::zeroed(PAGE_SIZE);
+    file.read_exact_at(&mut hdr, 0)?;
+    check_header(&hdr)
+}
+
 /// Opens the manifest (or, with `create`, creates the database when the directory holds none of
 /// woods' files), checks the stored options against `opts`, and opens the data file and the
-/// index. Writes nothing but a new database; the caller holds the directory's lock.
+/// index. With `writable`, starts a new incarnation (one manifest record) before the index is
+/// opened; otherwise writes nothing but a new database. The caller holds the directory's lock.
 pub(crate) fn open_parts(
     fs: &Arc<dyn Fs>,
     dir: &Path,
     opts: &Options,
     io: &Arc<IoCounters>,
     create: bool,
+    writable: bool,
 ) -> Result<Parts> {
     let data_path = dir.join(DATA_FILE);
     let exists = Manifest::exists(&**fs, dir);
@@ -375,6 +388,11 @@ pub(crate) fn open_parts(
         }
     }
     let (manifest, state, config) = if exists {
+        // The data file's format first: a database of another major is refused as such
+        // (naming both versions), before its manifest is read.
+        if fs.exists(&data_path) {
+            read_header(&*open_data_file(fs, &data_path, opts)?)?;
+        }
         let (m, st) = Manifest::open(fs.clone(), dir, io.clone())?;
         if st.page_size as usize != PAGE_SIZE {
             return Err(Error::corruption(
@@ -423,16 +441,8 @@ pub(crate) fn open_parts(
     };
     let manifest = Arc::new(manifest);
 
-    let file = fs.open(
-        &data_path,
-        OpenMode {
-            create: false,
-            direct: opts.direct_io,
-        },
-    )?;
-    let mut hdr = AlignedBuf::zeroed(PAGE_SIZE);
-    file.read_exact_at(&mut hdr, 0)?;
-    check_header(&hdr)?;
+    let file = open_data_file(fs, &data_path, opts)?;
+    read_header(&*file)?;
     let alloc = Allocator::from_allocated(1, &state.allocated);
     // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache.
     let row_bytes = match config.index {
@@ -449,6 +459,11 @@ pub(crate) fn open_parts(
     // in flight commits what it built on it.
     let failure = store.failure().clone();
     manifest.refuse_commits_after(failure.clone());
+    manifest.attach_stamps(store.stamps().clone());
+    if writable {
+        // Before the index can write a page: every page this open writes is stamped with it.
+        manifest.begin_incarnation()?;
+    }
     let snapshots = Arc::new(Snapshots::default());
     let ctx = IndexContext {
         store: store.clone(),
@@ -550,7 +565,7 @@ impl Db {
             failure,
             snapshots,
             index,
-        } = open_parts(&fs, &dir, &opts, &io, true)?;
+        } = open_parts(&fs, &dir, &opts, &io, true, true)?;
 
         // Replay the log: everything after what the index holds durably. Sealing may remove
         // files (a torn header, anything after a tear); `wal_files` are those it left.

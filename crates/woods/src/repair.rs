@@ -11,6 +11,13 @@
 //! clean, the directory is put back as it was. Nothing but manifest files is written, so a state tried
 //! and refused leaves the data file and the write-ahead log as they were. Log records above the
 //! kept state's durable sequence number are replayed by the next open, as after any crash.
+//!
+//! Every state repair tries is installed with a rollback point after it (`storage::Stamp`):
+//! pages written by any later commit, or by any incarnation after the state's, are stale. So the
+//! check of a state refuses it when it reaches a page that later work freed and wrote again
+//! (its checksum is good, its stamp is not), and the next opens keep refusing such pages. The
+//! new incarnation is above every stamp in the data file (repair reads every page's trailer)
+//! and every incarnation a manifest log names.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -20,7 +27,9 @@ use crate::db::{open_parts, Db, DATA_FILE, EXTENT_PAGES, LOCK_FILE};
 use crate::error::{Error, Result};
 use crate::manifest::{self, Manifest, ManifestState, CURRENT_TMP_FILE};
 use crate::options::{Options, PersistedConfig};
-use crate::storage::{Fs, IoCounters, OpenMode, RealFs, PAGE_SIZE};
+use crate::storage::{
+    verify, AlignedBuf, Fs, IoCounters, OpenMode, RealFs, RollbackPoint, PAGE_SIZE,
+};
 use crate::wal;
 
 /// What [`Db::repair`] found and did.
@@ -94,7 +103,7 @@ impl Db {
         let mut report = RepairReport::default();
 
         if Manifest::exists(&*fs, dir) {
-            match open_parts(&fs, dir, &opts, &io, false) {
+            match open_parts(&fs, dir, &opts, &io, false, false) {
                 Ok(parts) => {
                     report.entries = parts.index.check()?;
                     report.durable_seq = parts.state.durable_seq;
@@ -148,12 +157,26 @@ impl Db {
         } else {
             None
         };
+        // Above every stamp in the data file and every incarnation the logs name or could have.
+        let next = candidates
+            .iter()
+            .map(|c| c.incarnation_bound)
+            .max()
+            .unwrap_or(1)
+            .max(max_stamped_incarnation(&*fs, dir)? + 1);
         let mut refused = Vec::new();
         let mut written = Vec::new();
         for c in &candidates {
-            let installed = Manifest::install(&*fs, dir, &c.state, &io)?;
+            let mut state = c.state.clone();
+            state.rollbacks.push(RollbackPoint {
+                incarnation: state.incarnation,
+                commit: state.commits,
+                next,
+            });
+            state.incarnation = next;
+            let installed = Manifest::install(&*fs, dir, &state, &io)?;
             written.push(installed);
-            match open_parts(&fs, dir, &opts, &io, false).and_then(|p| p.index.check()) {
+            match open_parts(&fs, dir, &opts, &io, false, false).and_then(|p| p.index.check()) {
                 Ok(entries) => {
                     for &n in written.iter().filter(|&&n| n != installed) {
                         fs.remove(&dir.join(manifest::manifest_file_name(n)))?;
@@ -202,6 +225,34 @@ impl Db {
             ),
         ))
     }
+}
+
+/// The highest incarnation any page of the data file is stamped with (pages whose checksum
+/// fails are skipped): a new incarnation must be above it, or a page written by a lost history
+/// could pass for one of its own.
+fn max_stamped_incarnation(fs: &dyn Fs, dir: &Path) -> Result<u64> {
+    let path = dir.join(DATA_FILE);
+    if !fs.exists(&path) {
+        return Ok(0);
+    }
+    let file = fs.open(&path, OpenMode::default())?;
+    let pages = file.len()? / PAGE_SIZE as u64;
+    const CHUNK: u64 = 256;
+    let mut buf = AlignedBuf::zeroed(CHUNK as usize * PAGE_SIZE);
+    let mut max = 0;
+    let mut start = 0;
+    while start < pages {
+        let n = (pages - start).min(CHUNK);
+        let bytes = &mut buf[..n as usize * PAGE_SIZE];
+        file.read_exact_at(bytes, start * PAGE_SIZE as u64)?;
+        for (i, page) in bytes.chunks_exact(PAGE_SIZE).enumerate() {
+            if let Ok(stamp) = verify(start + i as u64, page) {
+                max = max.max(stamp.incarnation);
+            }
+        }
+        start += n;
+    }
+    Ok(max)
 }
 
 /// No manifest log can be read. Safe only when the data file holds nothing but its header (a

@@ -20,13 +20,15 @@ use parking_lot::Mutex;
 
 use crate::entry::codec::{self, Reader};
 use crate::error::{Error, Latch, Result};
-use crate::storage::{Extent, File, Fs, IoCounters, OpenMode, Purpose};
+use crate::storage::{
+    check_rollbacks, Extent, File, Fs, IoCounters, OpenMode, Purpose, RollbackPoint, Stamps,
+};
 use crate::wal::{frame_record, next_record, NextRecord, RECORD_HEADER_LEN};
 
 /// Magic bytes at the start of every manifest log.
 pub const MANIFEST_MAGIC: [u8; 8] = *b"WOODSMAN";
 /// Format major version this build writes and reads; any other major is refused.
-pub const MANIFEST_FORMAT_MAJOR: u16 = 1;
+pub const MANIFEST_FORMAT_MAJOR: u16 = 2;
 /// Format minor version this build writes (readers accept any minor of their major).
 pub const MANIFEST_FORMAT_MINOR: u16 = 0;
 /// Size of a manifest log's header.
@@ -41,6 +43,11 @@ pub const MAX_MANIFEST_RECORD: u32 = 1 << 30;
 pub const ROLLOVER_MIN_BYTES: u64 = 4 << 20;
 
 const TAG_SNAPSHOT: u8 = 1;
+/// A writable open: a new incarnation (and the rollback point it found, if any).
+const TAG_OPEN: u8 = 3;
+/// The smallest framed open record: header, tag, incarnation, an empty list. A torn tail of `n`
+/// bytes can hide at most `n / MIN_OPEN_FRAME` incarnations.
+const MIN_OPEN_FRAME: u64 = RECORD_HEADER_LEN as u64 + 1 + 8 + 1;
 
 /// What a user can do about a damaged `CURRENT` or manifest log.
 const REPAIR_HINT: &str =
@@ -77,6 +84,12 @@ pub struct ManifestState {
     pub extent_pages: u32,
     /// How many commits have been applied since the database was created.
     pub commits: u64,
+    /// The writable open the state was last opened by (0: never opened since creation);
+    /// pages are stamped with it (`storage::Stamp`).
+    pub incarnation: u64,
+    /// Where the database was rolled back, oldest first: pages stamped by the history each cut
+    /// off are stale.
+    pub rollbacks: Vec<RollbackPoint>,
 }
 
 /// One manifest log as [`Manifest::salvage`] read it.
@@ -91,6 +104,9 @@ pub struct Salvaged {
     pub damaged_at: Option<u64>,
     /// Valid records found after the damaged one: commits missing from `state`.
     pub lost_records: u64,
+    /// Above every incarnation the log's records name or could have named: its records, and
+    /// one per [`MIN_OPEN_FRAME`] bytes of it that no valid record accounts for.
+    pub incarnation_bound: u64,
 }
 
 /// One atomic change of the manifest state.
@@ -113,6 +129,10 @@ struct Inner {
     /// start page -> page count, coalesced.
     allocated: BTreeMap<u64, u64>,
     commits: u64,
+    incarnation: u64,
+    rollbacks: Vec<RollbackPoint>,
+    /// The page file's clock, advanced by every commit ([`Manifest::attach_stamps`]).
+    stamps: Option<Arc<Stamps>>,
     /// The live log.
     number: u64,
     file: Arc<dyn File>,
@@ -120,6 +140,8 @@ struct Inner {
     log_len: u64,
     /// Bytes after `log_len` (a torn record) that must be cut before appending.
     torn_tail: bool,
+    /// How many such bytes open found (until the first append cuts them).
+    torn_bytes: u64,
     /// Framed size of the live log's snapshot record.
     snapshot_len: u64,
     poisoned: Option<String>,
@@ -170,12 +192,48 @@ fn get_extents(r: &mut Reader<'_>) -> Result<Vec<Extent>> {
     Ok(out)
 }
 
+fn put_rollbacks(out: &mut Vec<u8>, points: &[RollbackPoint]) {
+    codec::put_varint(out, points.len() as u64);
+    for p in points {
+        codec::put_u64(out, p.incarnation);
+        codec::put_u64(out, p.commit);
+        codec::put_u64(out, p.next);
+    }
+}
+
+fn get_rollbacks(r: &mut Reader<'_>) -> Result<Vec<RollbackPoint>> {
+    let n = r.varint()?;
+    if n > r.remaining() as u64 / 24 {
+        return Err(Error::corruption(
+            "manifest record",
+            None,
+            format!("rollback point count {n} exceeds the record"),
+        ));
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        out.push(RollbackPoint {
+            incarnation: r.u64()?,
+            commit: r.u64()?,
+            next: r.u64()?,
+        });
+    }
+    Ok(out)
+}
+
+/// The stamp-related part of a snapshot (incarnation and rollback points).
+struct Clock<'a> {
+    incarnation: u64,
+    rollbacks: &'a [RollbackPoint],
+}
+
 fn encode_snapshot(
     config: &[u8],
     index_meta: &[u8],
     durable_seq: u64,
     commits: u64,
     allocated: &BTreeMap<u64, u64>,
+    clock: Clock<'_>,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(32 + config.len() + index_meta.len() + allocated.len() * 8);
     out.push(TAG_SNAPSHOT);
@@ -189,6 +247,16 @@ fn encode_snapshot(
             .iter()
             .map(|(&start, &pages)| Extent { start, pages }),
     );
+    codec::put_u64(&mut out, clock.incarnation);
+    put_rollbacks(&mut out, clock.rollbacks);
+    out
+}
+
+fn encode_open(incarnation: u64, found: &[RollbackPoint]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + found.len() * 24);
+    out.push(TAG_OPEN);
+    codec::put_u64(&mut out, incarnation);
+    put_rollbacks(&mut out, found);
     out
 }
 
@@ -210,8 +278,15 @@ pub(crate) enum Record {
         durable_seq: u64,
         commits: u64,
         allocated: Vec<Extent>,
+        incarnation: u64,
+        rollbacks: Vec<RollbackPoint>,
     },
     Delta(Commit),
+    /// A writable open: the incarnation it starts, and the rollback point it found.
+    Open {
+        incarnation: u64,
+        found: Vec<RollbackPoint>,
+    },
 }
 
 pub(crate) fn decode_record(payload: &[u8]) -> Result<Record> {
@@ -223,14 +298,22 @@ pub(crate) fn decode_record(payload: &[u8]) -> Result<Record> {
             let durable_seq = r.u64()?;
             let commits = r.u64()?;
             let allocated = get_extents(&mut r)?;
+            let incarnation = r.u64()?;
+            let rollbacks = get_rollbacks(&mut r)?;
             Record::Snapshot {
                 config,
                 index_meta,
                 durable_seq,
                 commits,
                 allocated,
+                incarnation,
+                rollbacks,
             }
         }
+        TAG_OPEN => Record::Open {
+            incarnation: r.u64()?,
+            found: get_rollbacks(&mut r)?,
+        },
         TAG_DELTA => {
             let index_meta = r.bytes()?.to_vec();
             let durable_seq = r.u64()?;
@@ -469,6 +552,10 @@ pub(crate) struct Loaded {
     allocated: BTreeMap<u64, u64>,
     log_len: u64,
     torn_tail: bool,
+    /// Bytes after the valid records (a torn tail, or a damaged record and what follows it).
+    torn_bytes: u64,
+    /// Above every incarnation the log names or could have named in its unreadable bytes.
+    incarnation_bound: u64,
     snapshot_len: u64,
     /// Salvaging only: where the damaged record that valid records follow starts, and how many
     /// valid records were found after it (their commits are not in `state`).
@@ -575,16 +662,40 @@ pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Lo
                 durable_seq,
                 commits,
                 allocated: extents,
+                incarnation,
+                rollbacks,
             } => {
                 allocated.clear();
                 for e in &extents {
                     add_extent(&mut allocated, e, &what)?;
                 }
+                check_rollbacks(&rollbacks, incarnation)
+                    .map_err(|detail| Error::corruption(what(), None, detail))?;
                 state.config = config;
                 state.index_meta = index_meta;
                 state.durable_seq = durable_seq;
                 state.commits = commits;
+                state.incarnation = incarnation;
+                state.rollbacks = rollbacks;
                 snapshot_len = (next - off) as u64;
+            }
+            Record::Open { incarnation, found } if index > 0 => {
+                if incarnation <= state.incarnation {
+                    return Err(Error::corruption(
+                        what(),
+                        None,
+                        format!(
+                            "open record starts incarnation {incarnation}, not after {}",
+                            state.incarnation
+                        ),
+                    ));
+                }
+                let mut rollbacks = state.rollbacks.clone();
+                rollbacks.extend(found);
+                check_rollbacks(&rollbacks, incarnation)
+                    .map_err(|detail| Error::corruption(what(), None, detail))?;
+                state.incarnation = incarnation;
+                state.rollbacks = rollbacks;
             }
             Record::Delta(c) if index > 0 => {
                 apply_extents(&mut allocated, &c, &what)?;
@@ -592,7 +703,7 @@ pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Lo
                 state.durable_seq = c.durable_seq;
                 state.commits += 1;
             }
-            Record::Delta(_) => {
+            Record::Delta(_) | Record::Open { .. } => {
                 return Err(Error::corruption(
                     what(),
                     None,
@@ -607,8 +718,17 @@ pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Lo
         .iter()
         .map(|(&start, &pages)| Extent { start, pages })
         .collect();
+    let torn_bytes = if torn_tail {
+        (buf.len() - off) as u64
+    } else {
+        0
+    };
+    // Incarnations only grow through a log, so the state's is the largest its valid records name.
+    let incarnation_bound = state.incarnation + 1 + torn_bytes / MIN_OPEN_FRAME;
     Ok(Loaded {
         state,
+        torn_bytes,
+        incarnation_bound,
         allocated,
         log_len: off as u64,
         torn_tail,
@@ -645,7 +765,11 @@ impl Manifest {
             ));
         }
         let allocated = BTreeMap::new();
-        let snapshot = encode_snapshot(&config, &[], 0, 0, &allocated);
+        let clock = Clock {
+            incarnation: 0,
+            rollbacks: &[],
+        };
+        let snapshot = encode_snapshot(&config, &[], 0, 0, &allocated, clock);
         let (file, log_len) = write_log(
             fs.as_ref(),
             dir,
@@ -669,10 +793,14 @@ impl Manifest {
                 durable_seq: 0,
                 allocated,
                 commits: 0,
+                incarnation: 0,
+                rollbacks: Vec::new(),
+                stamps: None,
                 number: 1,
                 file,
                 log_len,
                 torn_tail: false,
+                torn_bytes: 0,
                 snapshot_len: log_len - MANIFEST_HEADER_LEN as u64,
                 poisoned: None,
                 refuse_after: None,
@@ -768,10 +896,14 @@ impl Manifest {
                 durable_seq: loaded.state.durable_seq,
                 allocated: loaded.allocated,
                 commits: loaded.state.commits,
+                incarnation: loaded.state.incarnation,
+                rollbacks: loaded.state.rollbacks,
+                stamps: None,
                 number,
                 file,
                 log_len: loaded.log_len,
                 torn_tail: loaded.torn_tail,
+                torn_bytes: loaded.torn_bytes,
                 snapshot_len: loaded.snapshot_len,
                 poisoned: None,
                 refuse_after: None,
@@ -796,6 +928,7 @@ impl Manifest {
                     state: l.state,
                     damaged_at: l.damage.map(|(off, _)| off),
                     lost_records: l.damage.map_or(0, |(_, n)| n),
+                    incarnation_bound: l.incarnation_bound,
                 });
                 (number, salvaged)
             })
@@ -815,12 +948,18 @@ impl Manifest {
         let number = manifest_files(fs, dir).last().copied().unwrap_or(0) + 1;
         let allocated: BTreeMap<u64, u64> =
             state.allocated.iter().map(|e| (e.start, e.pages)).collect();
+        check_rollbacks(&state.rollbacks, state.incarnation)
+            .map_err(|detail| Error::corruption("manifest state to install", None, detail))?;
         let snapshot = encode_snapshot(
             &state.config,
             &state.index_meta,
             state.durable_seq,
             state.commits,
             &allocated,
+            Clock {
+                incarnation: state.incarnation,
+                rollbacks: &state.rollbacks,
+            },
         );
         write_log(
             fs,
@@ -933,6 +1072,7 @@ impl Manifest {
         if inner.torn_tail {
             inner.file.set_len(inner.log_len)?;
             inner.torn_tail = false;
+            inner.torn_bytes = 0;
         }
         inner.file.write_all_at(frame, inner.log_len)?;
         self.counters.record_write(Purpose::Manifest, frame.len());
@@ -971,6 +1111,10 @@ impl Manifest {
                 c.durable_seq,
                 inner.commits + 1,
                 &allocated,
+                Clock {
+                    incarnation: inner.incarnation,
+                    rollbacks: &inner.rollbacks,
+                },
             );
             self.rollover(inner, &snapshot)
         } else {
@@ -983,7 +1127,49 @@ impl Manifest {
         inner.durable_seq = c.durable_seq;
         inner.allocated = allocated;
         inner.commits += 1;
+        if let Some(stamps) = &inner.stamps {
+            stamps.committed(inner.commits);
+        }
         Ok(())
+    }
+
+    /// Makes `stamps` the clock of the page file this manifest commits for: sets it to the
+    /// state's incarnation, commit count and rollback points; every later commit advances it.
+    pub fn attach_stamps(&self, stamps: Arc<Stamps>) {
+        let mut inner = self.inner.lock();
+        stamps.reset(inner.incarnation, inner.commits, inner.rollbacks.clone());
+        inner.stamps = Some(stamps);
+    }
+
+    /// Starts a new incarnation: what a writable open does before it writes any page. Appends
+    /// (and syncs) an open record naming it; when open found a torn tail (commits that may have
+    /// been lost, such as a damaged last record), the record also holds a rollback point: the
+    /// pages that lost history wrote are stale from now on. The new incarnation is above every
+    /// one the torn bytes could have named. Returns the new incarnation.
+    pub fn begin_incarnation(&self) -> Result<u64> {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        Self::check_poisoned(inner)?;
+        let next = inner.incarnation + 1 + inner.torn_bytes / MIN_OPEN_FRAME;
+        let found: Vec<RollbackPoint> = if inner.torn_tail {
+            vec![RollbackPoint {
+                incarnation: inner.incarnation,
+                commit: inner.commits,
+                next,
+            }]
+        } else {
+            Vec::new()
+        };
+        let frame = frame_record(&encode_open(next, &found));
+        if let Err(e) = self.append(inner, &frame) {
+            return Err(Self::poison(inner, e));
+        }
+        inner.incarnation = next;
+        inner.rollbacks.extend(found);
+        if let Some(stamps) = &inner.stamps {
+            stamps.reset(next, inner.commits, inner.rollbacks.clone());
+        }
+        Ok(next)
     }
 
     /// Refuses every commit from when `failure` is tripped on.
@@ -1006,6 +1192,8 @@ impl Manifest {
             page_size: self.page_size,
             extent_pages: self.extent_pages,
             commits: inner.commits,
+            incarnation: inner.incarnation,
+            rollbacks: inner.rollbacks.clone(),
         }
     }
 
@@ -1021,6 +1209,10 @@ impl Manifest {
             inner.durable_seq,
             inner.commits,
             &inner.allocated,
+            Clock {
+                incarnation: inner.incarnation,
+                rollbacks: &inner.rollbacks,
+            },
         );
         if let Err(e) = self.rollover(inner, &snapshot) {
             return Err(Self::poison(inner, e));

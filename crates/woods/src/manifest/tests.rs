@@ -113,6 +113,8 @@ fn manifest_create_open_round_trip() {
         page_size: 4096,
         extent_pages: 256,
         commits: 0,
+        incarnation: 0,
+        rollbacks: Vec::new(),
     };
     assert_eq!(m.state(), want);
     drop(m);
@@ -423,7 +425,7 @@ fn manifest_unknown_major_version_is_unsupported() {
     match open(&fs) {
         Err(Error::UnsupportedFormat {
             found_major: 7,
-            supported_major: 1,
+            supported_major: 2,
         }) => {}
         other => panic!(
             "expected UnsupportedFormat, got {:?}",
@@ -707,4 +709,100 @@ fn manifest_refuses_commits_after_a_failed_data_file_write() {
     }
     let state = ctx.manifest.state();
     assert_eq!((state.durable_seq, state.index_meta), (1, vec![1]));
+}
+
+/// Each writable open starts a new incarnation, recorded durably; a clean log records no
+/// rollback point, and the page file's clock follows the incarnation and every commit.
+#[test]
+fn manifest_begin_incarnation_is_durable_and_drives_the_stamps() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    let stamps = Arc::new(Stamps::default());
+    m.attach_stamps(stamps.clone());
+    assert_eq!(m.begin_incarnation().unwrap(), 1);
+    assert_eq!(stamps.now().incarnation, 1);
+    assert_eq!(stamps.now().commit, 1);
+    m.commit(Commit {
+        index_meta: b"a".to_vec(),
+        durable_seq: 1,
+        added: vec![ext(1, 4)],
+        freed: vec![],
+    })
+    .unwrap();
+    assert_eq!(stamps.now().commit, 2, "a commit advances the clock");
+    drop(m);
+    fs.power_cut();
+    let (m, state) = open(&fs).unwrap();
+    assert_eq!((state.incarnation, state.commits), (1, 1));
+    assert!(state.rollbacks.is_empty());
+    assert_eq!(m.begin_incarnation().unwrap(), 2);
+    // A rollover carries the incarnation into its snapshot.
+    m.set_config(b"config v2".to_vec()).unwrap();
+    drop(m);
+    let (_, state) = open(&fs).unwrap();
+    assert_eq!(state.incarnation, 2);
+    assert!(state.rollbacks.is_empty());
+}
+
+/// A torn tail (here a flipped byte in the last record: a lost commit) makes the next open
+/// record a rollback point after the state it read, and take an incarnation above any the
+/// torn bytes could have named; the point survives reopening and rollover.
+#[test]
+fn manifest_torn_tail_records_a_rollback_point() {
+    let fs = FaultFs::new();
+    let (m, states, ends) = commits_in_one_log(&fs);
+    drop(m);
+    let last = states.len() - 1;
+    assert!(fs.flip_byte(&log_path(1), ends[last] - 1));
+    let (m, state) = open(&fs).unwrap();
+    assert_eq!(state.commits, states[last - 1].commits);
+    let torn = ends[last] - ends[last - 1];
+    let next = m.begin_incarnation().unwrap();
+    assert_eq!(next, 1 + torn / MIN_OPEN_FRAME);
+    let point = RollbackPoint {
+        incarnation: 0,
+        commit: states[last - 1].commits,
+        next,
+    };
+    assert_eq!(m.state().rollbacks, vec![point]);
+    assert_eq!(
+        m.begin_incarnation().unwrap(),
+        next + 1,
+        "no tail left: no new point"
+    );
+    drop(m);
+    fs.power_cut();
+    let (m, state) = open(&fs).unwrap();
+    assert_eq!(
+        (state.incarnation, state.rollbacks.clone()),
+        (next + 1, vec![point])
+    );
+    m.set_config(b"config v3".to_vec()).unwrap();
+    drop(m);
+    assert_eq!(open(&fs).unwrap().1.rollbacks, vec![point]);
+}
+
+/// An open record that does not raise the incarnation, or whose rollback point is out of
+/// order, is corruption (a checksummed record is never skipped).
+#[test]
+fn manifest_bad_open_record_is_corruption() {
+    for (incarnation, found) in [
+        (0, Vec::new()),
+        (
+            3,
+            vec![RollbackPoint {
+                incarnation: 0,
+                commit: 0,
+                next: 4,
+            }],
+        ),
+    ] {
+        let fs = FaultFs::new();
+        drop(create(&fs));
+        let f = fs.open(&log_path(1), OpenMode::default()).unwrap();
+        let end = f.len().unwrap();
+        f.write_all_at(&frame_record(&encode_open(incarnation, &found)), end)
+            .unwrap();
+        expect_corruption(open(&fs), "incarnation");
+    }
 }

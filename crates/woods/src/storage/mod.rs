@@ -10,6 +10,7 @@ mod fault;
 mod io;
 mod pagefile;
 mod real;
+mod stamp;
 
 use std::any::Any;
 use std::path::Path;
@@ -24,8 +25,12 @@ pub use fault::{CutPoint, FaultFs, FaultPlan, PowerCut};
 #[doc(hidden)]
 pub use io::Pending;
 #[doc(hidden)]
-pub use pagefile::{seal_page, verify, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE};
+pub use pagefile::{
+    page_stamp, seal_page, verify, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE, PAGE_TRAILER,
+};
 pub use real::{RealFs, SharedMap};
+#[doc(hidden)]
+pub use stamp::{check_rollbacks, RollbackPoint, Stamp, Stamps};
 
 use crate::error::Result;
 

@@ -1,18 +1,24 @@
-//! The data file, addressed in pages. Every page carries a crc32c (of its page number and body)
-//! in its last four bytes; reads verify it and go through the cache, writes fill it in.
+//! The data file, addressed in pages. Every page ends in a trailer: the page's [`Stamp`] (when it
+//! was written) and a crc32c of its page number, body and stamp. Writes fill the trailer in;
+//! reads verify the checksum, refuse a stale stamp ([`Stamps::check`]) and go through the cache.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::io::{IoQueue, Pending};
+use super::stamp::{Stamp, Stamps};
 use super::{AlignedBuf, Allocator, Extent, File, IoCounters, Purpose};
 use crate::cache::{Cache, PageRef};
 use crate::error::{Error, Latch, Result};
 
 /// Bytes per page.
 pub const PAGE_SIZE: usize = 4096;
-/// Usable bytes per page (the rest is the checksum).
-pub const PAGE_BODY: usize = PAGE_SIZE - 4;
+/// Bytes of the trailer every page ends in: its stamp (incarnation u64, commit u64) and crc32c.
+pub const PAGE_TRAILER: usize = 20;
+/// Usable bytes per page (the rest is the trailer).
+pub const PAGE_BODY: usize = PAGE_SIZE - PAGE_TRAILER;
+/// Where the crc32c of a page starts: it covers the page number and every byte before it.
+const CRC_AT: usize = PAGE_SIZE - 4;
 
 /// The page store every index kind reads and writes: data file + cache + allocator + counters.
 #[doc(hidden)]
@@ -28,19 +34,42 @@ pub struct PageFile {
     reads_behind: AtomicU64,
     /// Tripped by the first failed write or sync.
     failure: Arc<Latch>,
+    /// What pages written now are stamped with, and which stamps a read refuses.
+    stamps: Arc<Stamps>,
 }
 
 /// A finished background request: its result and the buffer it was given.
 pub type Done = (Result<()>, AlignedBuf);
 
-fn page_crc(page: u64, body: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(&page.to_le_bytes()), body)
+fn page_crc(page: u64, covered: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&page.to_le_bytes()), covered)
 }
 
-/// Seals one page's bytes in place: computes and stores its checksum.
+/// Seals one page's bytes in place, keeping the stamp its trailer holds (zeros: unstamped):
+/// computes and stores its checksum.
 pub fn seal_page(page: u64, buf: &mut [u8]) {
-    let crc = page_crc(page, &buf[..PAGE_BODY]);
-    buf[PAGE_BODY..PAGE_SIZE].copy_from_slice(&crc.to_le_bytes());
+    let crc = page_crc(page, &buf[..CRC_AT]);
+    buf[CRC_AT..PAGE_SIZE].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Stamps one page's bytes with `stamp` and seals them.
+fn seal_stamped(page: u64, stamp: Stamp, buf: &mut [u8]) {
+    buf[PAGE_BODY..PAGE_BODY + 8].copy_from_slice(&stamp.incarnation.to_le_bytes());
+    buf[PAGE_BODY + 8..CRC_AT].copy_from_slice(&stamp.commit.to_le_bytes());
+    seal_page(page, buf);
+}
+
+/// The stamp a page's trailer holds (not verified).
+pub fn page_stamp(buf: &[u8]) -> Stamp {
+    let u64_at = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&buf[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    Stamp {
+        incarnation: u64_at(PAGE_BODY),
+        commit: u64_at(PAGE_BODY + 8),
+    }
 }
 
 impl PageFile {
@@ -59,7 +88,14 @@ impl PageFile {
             io: IoQueue::default(),
             reads_behind: AtomicU64::new(0),
             failure: Arc::new(Latch::default()),
+            stamps: Arc::new(Stamps::default()),
         }
+    }
+
+    /// The clock this file stamps pages with and checks them against; the database sets it from
+    /// its manifest, which advances it at each commit.
+    pub fn stamps(&self) -> &Arc<Stamps> {
+        &self.stamps
     }
 
     /// The latch the first failed write or sync of this file trips (the database's failure).
@@ -106,10 +142,12 @@ impl PageFile {
     }
 
     /// Reads `buf.len() / PAGE_SIZE` contiguous pages from `start` into `buf` (4096-byte
-    /// aligned, a prefix of an [`AlignedBuf`]) in one device request, verifying each.
+    /// aligned, a prefix of an [`AlignedBuf`]) in one device request, verifying each (checksum
+    /// and stamp). Every read of the data file, the cache's misses included, comes here or to
+    /// [`PendingRead::wait`].
     pub fn read_many_into(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
         read_pages(&*self.file, &self.counters, start, buf, purpose)?;
-        verify_pages(start, buf)
+        verify_pages(&self.stamps, start, buf)
     }
 
     /// [`read_many_into`](PageFile::read_many_into) of the first `len` bytes of `buf`, done on
@@ -135,6 +173,7 @@ impl PageFile {
             start,
             len,
             pending,
+            stamps: self.stamps.clone(),
         }
     }
 
@@ -144,7 +183,7 @@ impl PageFile {
     /// are dropped.
     pub fn write(&self, start: u64, buf: &mut [u8], purpose: Purpose) -> Result<()> {
         self.invalidate(start, buf.len() / PAGE_SIZE);
-        seal_pages(start, buf);
+        seal_pages(start, self.stamps.now(), buf);
         self.failure.note(write_sealed(
             &*self.file,
             &self.counters,
@@ -168,7 +207,7 @@ impl PageFile {
         debug_assert_eq!(len % PAGE_SIZE, 0);
         self.invalidate(start, len / PAGE_SIZE);
         // Sealed here, so that the I/O thread only waits for the device.
-        seal_pages(start, &mut buf[..len]);
+        seal_pages(start, self.stamps.now(), &mut buf[..len]);
         let (file, counters) = (self.file.clone(), self.counters.clone());
         let failure = self.failure.clone();
         self.io.submit(move || {
@@ -227,13 +266,14 @@ pub struct PendingRead {
     start: u64,
     len: usize,
     pending: Pending<Done>,
+    stamps: Arc<Stamps>,
 }
 
 impl PendingRead {
     /// Waits for the read and verifies the pages' checksums; returns the result and the buffer.
     pub fn wait(self) -> Result<Done> {
         let (r, buf) = self.pending.wait()?;
-        let r = r.and_then(|()| verify_pages(self.start, &buf[..self.len]));
+        let r = r.and_then(|()| verify_pages(&self.stamps, self.start, &buf[..self.len]));
         Ok((r, buf))
     }
 }
@@ -253,9 +293,10 @@ fn read_pages(
     Ok(())
 }
 
-fn verify_pages(start: u64, buf: &[u8]) -> Result<()> {
+fn verify_pages(stamps: &Stamps, start: u64, buf: &[u8]) -> Result<()> {
     for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
-        verify(start + i as u64, page)?;
+        let n = start + i as u64;
+        stamps.check(n, verify(n, page)?)?;
     }
     Ok(())
 }
@@ -273,24 +314,26 @@ fn write_sealed(
     Ok(())
 }
 
-/// Seals whole pages in `buf` (aligned, a multiple of `PAGE_SIZE`) for writing at `start`.
-fn seal_pages(start: u64, buf: &mut [u8]) {
+/// Stamps and seals whole pages in `buf` (aligned, a multiple of `PAGE_SIZE`) for writing at
+/// `start`.
+fn seal_pages(start: u64, stamp: Stamp, buf: &mut [u8]) {
     debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
     debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
     for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
-        seal_page(start + i as u64, page);
+        seal_stamped(start + i as u64, stamp, page);
     }
 }
 
-/// Checks a page's checksum.
-pub fn verify(page: u64, buf: &[u8]) -> Result<()> {
+/// Checks a page's checksum; returns the stamp it holds (checked against nothing: the page
+/// file's reads also check it with [`Stamps::check`]).
+pub fn verify(page: u64, buf: &[u8]) -> Result<Stamp> {
     let stored = u32::from_le_bytes([
-        buf[PAGE_BODY],
-        buf[PAGE_BODY + 1],
-        buf[PAGE_BODY + 2],
-        buf[PAGE_BODY + 3],
+        buf[CRC_AT],
+        buf[CRC_AT + 1],
+        buf[CRC_AT + 2],
+        buf[CRC_AT + 3],
     ]);
-    let got = page_crc(page, &buf[..PAGE_BODY]);
+    let got = page_crc(page, &buf[..CRC_AT]);
     if stored != got {
         return Err(Error::corruption(
             "data file",
@@ -298,5 +341,101 @@ pub fn verify(page: u64, buf: &[u8]) -> Result<()> {
             format!("checksum mismatch (stored {stored:#010x}, computed {got:#010x})"),
         ));
     }
-    Ok(())
+    Ok(page_stamp(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::storage::{FaultFs, Fs, OpenMode, RollbackPoint};
+
+    fn page_file() -> PageFile {
+        let fs = FaultFs::new();
+        fs.create_dir_all(Path::new("/db")).unwrap();
+        let file = fs
+            .open(
+                Path::new("/db/data"),
+                OpenMode {
+                    create: true,
+                    direct: false,
+                },
+            )
+            .unwrap();
+        PageFile::new(
+            file,
+            Cache::new(1 << 20),
+            Allocator::new(1),
+            Arc::new(IoCounters::default()),
+        )
+    }
+
+    fn write_page(pf: &PageFile, page: u64, byte: u8) {
+        let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
+        buf[..PAGE_BODY].fill(byte);
+        pf.write(page, &mut buf, Purpose::Flush).unwrap();
+    }
+
+    /// A page is stamped with the clock when it is written, covered by its checksum, and every
+    /// read path (cached, uncached, read-behind) refuses it once a rollback point covers it.
+    #[test]
+    fn pages_carry_their_stamp_and_reads_refuse_a_covered_one() {
+        let pf = page_file();
+        pf.stamps().reset(4, 9, Vec::new());
+        write_page(&pf, 2, 6);
+        pf.stamps().committed(10);
+        write_page(&pf, 3, 7);
+        pf.stamps().committed(11);
+        write_page(&pf, 4, 8);
+        let raw = pf.read_uncached(3, Purpose::UserRead).unwrap();
+        assert_eq!(
+            page_stamp(&raw),
+            Stamp {
+                incarnation: 4,
+                commit: 11
+            }
+        );
+        assert_eq!(verify(3, &raw).unwrap(), page_stamp(&raw));
+        let mut flipped = raw.to_vec();
+        flipped[PAGE_BODY] ^= 1;
+        assert!(
+            verify(3, &flipped).is_err(),
+            "the checksum covers the stamp"
+        );
+        // seal_page keeps the stamp it finds.
+        let mut resealed = raw.to_vec();
+        seal_page(3, &mut resealed);
+        assert_eq!(resealed, raw.to_vec());
+
+        // Reopened after losing commit 11 of incarnation 4: pages 3 and 4 (stamped 4.11 and
+        // 4.12: only commit 11 or later can have referenced them) are stale, page 2 is not.
+        let point = RollbackPoint {
+            incarnation: 4,
+            commit: 10,
+            next: 5,
+        };
+        for p in 2..=4 {
+            pf.cache().invalidate(p);
+        }
+        pf.stamps().reset(5, 10, vec![point]);
+        assert_eq!(pf.read(2, Purpose::UserRead).unwrap()[0], 6);
+        assert!(pf.read(3, Purpose::UserRead).is_err());
+        let e = match pf.read(4, Purpose::UserRead) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("read a stale page"),
+        };
+        assert!(e.contains("stale page") && e.contains("4.12"), "{e}");
+        assert!(pf.read_uncached(4, Purpose::UserRead).is_err());
+        let pending = pf.read_behind(
+            4,
+            AlignedBuf::zeroed(PAGE_SIZE),
+            PAGE_SIZE,
+            Purpose::UserRead,
+        );
+        assert!(pending.wait().unwrap().0.is_err());
+        // Written again in the new incarnation: accepted.
+        write_page(&pf, 4, 9);
+        assert_eq!(pf.read(4, Purpose::UserRead).unwrap()[0], 9);
+    }
 }
