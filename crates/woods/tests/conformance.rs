@@ -315,6 +315,8 @@ fn model_test(kind: IndexKind) {
             "root_splits",
             "merges",
         ],
+        "lsa" => &["memtable_flushes", "flushes", "appends", "moves", "leaf_splits"],
+        "iam" => &["memtable_flushes", "flushes", "appends", "merges", "moves", "leaf_splits"],
         _ => &[],
     };
     for r in required {
@@ -1138,7 +1140,7 @@ macro_rules! suite {
     )*};
 }
 
-suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe");
+suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe", lsa: "lsa", iam: "iam");
 
 /// The child side of the process-crash test: writes records in order and reports each
 /// acknowledgement (and whether background work was in flight) on stdout until killed.
@@ -1292,6 +1294,16 @@ fn crash_stbe() {
     crash_test(kind("stbe"))
 }
 
+#[test]
+fn crash_lsa() {
+    crash_test(kind("lsa"))
+}
+
+#[test]
+fn crash_iam() {
+    crash_test(kind("iam"))
+}
+
 /// The child side of the memory test: loads data many times its budgets, reads it back and
 /// prints its peak resident memory.
 #[test]
@@ -1383,4 +1395,14 @@ fn memory_nbtree() {
 #[test]
 fn memory_stbe() {
     memory_test(kind("stbe"))
+}
+
+#[test]
+fn memory_lsa() {
+    memory_test(kind("lsa"))
+}
+
+#[test]
+fn memory_iam() {
+    memory_test(kind("iam"))
 }

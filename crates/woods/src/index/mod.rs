@@ -6,6 +6,7 @@
 
 pub mod btree;
 pub mod committer;
+pub mod iam;
 pub mod lsm;
 pub mod nbtree;
 pub mod stbe;
@@ -189,5 +190,19 @@ pub fn open_index(
         IndexKind::Lsm(p) => Arc::new(lsm::Lsm::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::NbTree(p) => Arc::new(nbtree::NbTree::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Stbe(p) => Arc::new(stbe::Stbe::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::Lsa(p) => Arc::new(iam::Iam::open(
+            ctx,
+            p.clone(),
+            iam::Mode::Lsa,
+            meta,
+            durable_seq,
+        )?),
+        IndexKind::Iam(p) => Arc::new(iam::Iam::open(
+            ctx,
+            p.clone(),
+            iam::Mode::Iam,
+            meta,
+            durable_seq,
+        )?),
     })
 }

@@ -62,6 +62,8 @@ struct Sink {
     /// Whether the builder is placing metadata (index, filter, header) pages: in a region they
     /// come from its back.
     tail: bool,
+    /// Extents in `done` when the metadata began.
+    data_extents: usize,
 }
 
 impl Sink {
@@ -169,10 +171,13 @@ impl Sink {
     /// allocator hands out consecutive chunks from the same free range), so that a large run's
     /// metadata lists a few extents, not one per chunk.
     fn note_extent(&mut self, e: Extent) {
+        // Metadata extents are not joined to data extents (in a region whose hole closed they
+        // meet): the data extents stay the ones a scan reads in order.
+        let joinable = !self.tail || self.done.len() > self.data_extents;
         match self.done.last_mut() {
-            Some(last) if last.end() == e.start => last.pages += e.pages,
+            Some(last) if joinable && last.end() == e.start => last.pages += e.pages,
             // Metadata placed downwards in an append region.
-            Some(last) if self.tail && e.end() == last.start => {
+            Some(last) if joinable && self.tail && e.end() == last.start => {
                 last.start = e.start;
                 last.pages += e.pages;
             }
@@ -234,6 +239,7 @@ impl Sink {
         if !self.tail {
             self.flush_chunk()?;
             self.tail = true;
+            self.data_extents = self.done.len();
         }
         Ok(())
     }
@@ -386,6 +392,7 @@ impl RunBuilder {
                 spare: Vec::new(),
                 region: None,
                 tail: false,
+                data_extents: 0,
             },
             page: SlottedPage::default(),
             page_first: None,

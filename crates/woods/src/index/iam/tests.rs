@@ -1,0 +1,1 @@
+//! Structure tests of the lsa and iam kinds.
