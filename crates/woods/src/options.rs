@@ -296,7 +296,10 @@ impl IamParams {
             return bad("node_bytes below 16 KiB".into());
         }
         if !(50..=100).contains(&self.full_percent) {
-            return bad(format!("full_percent {} not in 50..=100", self.full_percent));
+            return bad(format!(
+                "full_percent {} not in 50..=100",
+                self.full_percent
+            ));
         }
         if self.leaf_split_div > 64 {
             return bad(format!("leaf_split_div {} above 64", self.leaf_split_div));

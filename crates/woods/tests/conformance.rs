@@ -315,8 +315,21 @@ fn model_test(kind: IndexKind) {
             "root_splits",
             "merges",
         ],
-        "lsa" => &["memtable_flushes", "flushes", "appends", "moves", "leaf_splits"],
-        "iam" => &["memtable_flushes", "flushes", "appends", "merges", "moves", "leaf_splits"],
+        "lsa" => &[
+            "memtable_flushes",
+            "flushes",
+            "appends",
+            "moves",
+            "leaf_splits",
+        ],
+        "iam" => &[
+            "memtable_flushes",
+            "flushes",
+            "appends",
+            "merges",
+            "moves",
+            "leaf_splits",
+        ],
         _ => &[],
     };
     for r in required {

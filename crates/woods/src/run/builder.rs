@@ -174,6 +174,11 @@ impl Sink {
         // Metadata extents are not joined to data extents (in a region whose hole closed they
         // meet): the data extents stay the ones a scan reads in order.
         let joinable = !self.tail || self.done.len() > self.data_extents;
+        // Nor are extents inside a region joined to extents outside it: the region's owner
+        // tells them apart by containment.
+        let region = self.region.map(|r| r.extent);
+        let inside = |x: &Extent| region.is_some_and(|r| x.start >= r.start && x.end() <= r.end());
+        let joinable = joinable && self.done.last().is_none_or(|l| inside(l) == inside(&e));
         match self.done.last_mut() {
             Some(last) if joinable && last.end() == e.start => last.pages += e.pages,
             // Metadata placed downwards in an append region.

@@ -253,7 +253,9 @@ impl Iam {
 
     fn is_full(&self, n: &Node) -> bool {
         n.data_bytes().saturating_mul(100)
-            >= self.node_bytes.saturating_mul(u64::from(self.params.full_percent))
+            >= self
+                .node_bytes
+                .saturating_mul(u64::from(self.params.full_percent))
     }
 
     /// Leaf pieces after a merge of a full leaf: `C_t / leaf_split_div` (P1: default `C_t/5`
@@ -316,10 +318,12 @@ impl Iam {
         }
     }
 
-    /// Pages of a new node's region: `C_t` of data with room for the page overhead and the
-    /// metadata of a few sequences.
+    /// Pages of a new node's region: half of `C_t` (the paper's average node) with room for
+    /// the page overhead and the metadata of a few sequences. A node that grows past it
+    /// continues in allocated extents (P18 (a)); a region of the whole `C_t` left most of the
+    /// data file's address space unwritten holes.
     fn region_pages(&self) -> u64 {
-        (self.node_bytes + self.node_bytes / 4).div_ceil(PAGE_SIZE as u64) + 8
+        (self.node_bytes / 2 + self.node_bytes / 8).div_ceil(PAGE_SIZE as u64) + 4
     }
 
     fn count_written(&self, d: usize, run: &Run) {
@@ -335,7 +339,11 @@ impl Iam {
     /// children are not full, then full internal nodes deepest first (split at `2t`
     /// children).
     fn choose(&self, v: &Version) -> Step {
-        let mem = self.queue.lock().front().map(|(_, lo, hi)| (lo.clone(), hi.clone()));
+        let mem = self
+            .queue
+            .lock()
+            .front()
+            .map(|(_, lo, hi)| (lo.clone(), hi.clone()));
         let n = v.levels.len();
         if n == 0 {
             return if mem.is_some() {
@@ -621,7 +629,13 @@ impl Iam {
         } else {
             let snapshots = self.ctx.snapshots.list();
             let stream = Compactor::new(
-                node_iter(&p, &Bound::Unbounded, &Bound::Unbounded, false, Purpose::Merge)?,
+                node_iter(
+                    &p,
+                    &Bound::Unbounded,
+                    &Bound::Unbounded,
+                    false,
+                    Purpose::Merge,
+                )?,
                 snapshots,
                 false,
                 self.ctx.merge_op.clone(),
@@ -779,7 +793,13 @@ impl Iam {
         }
         // Merge (one sequence) or merge-and-split of a full leaf (§3.3, P13).
         let bottom = !v.below_overlaps(d, part_lo.min(&c.lo), part_hi.max(&c.hi));
-        let old = node_iter(c, &Bound::Unbounded, &Bound::Unbounded, false, Purpose::Merge)?;
+        let old = node_iter(
+            c,
+            &Bound::Unbounded,
+            &Bound::Unbounded,
+            false,
+            Purpose::Merge,
+        )?;
         let snapshots = self.ctx.snapshots.list();
         let leaf = d + 1 == v.levels.len();
         let piece = match action {
@@ -852,7 +872,13 @@ impl Iam {
         let r = (|| -> Result<(Vec<Arc<Node>>, u64)> {
             let snapshots = self.ctx.snapshots.list();
             let stream = Compactor::new(
-                node_iter(&p, &Bound::Unbounded, &Bound::Unbounded, false, Purpose::Merge)?,
+                node_iter(
+                    &p,
+                    &Bound::Unbounded,
+                    &Bound::Unbounded,
+                    false,
+                    Purpose::Merge,
+                )?,
                 snapshots,
                 false,
                 self.ctx.merge_op.clone(),
@@ -1008,7 +1034,9 @@ impl Iam {
     /// Verifies one node: its sequences' runs, ranges and per-key order (newest sequence
     /// first, invariant 6), its region cursors and its sequence bound (correction 8).
     fn check_node(&self, d: usize, n: &Node) -> Result<u64> {
-        let bad = |s: String| Error::corruption(self.name(), None, format!("L{} node {}: {s}", d + 1, n.id));
+        let bad = |s: String| {
+            Error::corruption(self.name(), None, format!("L{} node {}: {s}", d + 1, n.id))
+        };
         if n.lo > n.hi {
             return Err(bad("range ends before it starts".into()));
         }
@@ -1027,7 +1055,9 @@ impl Iam {
             total += got;
             let m = s.meta();
             if got > 0 && (m.min_key < n.lo || m.max_key > n.hi) {
-                return Err(bad(format!("sequence {j} holds keys outside the node's range")));
+                return Err(bad(format!(
+                    "sequence {j} holds keys outside the node's range"
+                )));
             }
             if let Some(r) = &n.region {
                 for e in &m.extents {
@@ -1081,7 +1111,12 @@ impl Index for Iam {
     /// Bytes of queued memtables plus the data of full internal nodes, which must be flushed
     /// before the next memtable can find L1 ready.
     fn debt(&self) -> u64 {
-        let q: u64 = self.queue.lock().iter().map(|(m, _, _)| m.bytes().max(1)).sum();
+        let q: u64 = self
+            .queue
+            .lock()
+            .iter()
+            .map(|(m, _, _)| m.bytes().max(1))
+            .sum();
         q + self.pending_bytes(&self.version())
     }
 
@@ -1219,8 +1254,10 @@ impl Index for Iam {
                 self.level_class(d).name(),
             ));
         }
-        s.counters
-            .insert("nodes".into(), v.levels.iter().map(|l| l.len() as u64).sum());
+        s.counters.insert(
+            "nodes".into(),
+            v.levels.iter().map(|l| l.len() as u64).sum(),
+        );
         for n in v.levels.iter().flatten() {
             for q in &n.seqs {
                 s.entries += q.meta().entries;

@@ -205,7 +205,10 @@ mod tests {
                 let s = appended_bytes(d[m as usize - 1] as f64, k, 10.0);
                 assert!(before as f64 + s <= budget as f64 + 1e-9, "eq. 2 holds");
                 let s_more = appended_bytes(d[m as usize - 1] as f64, k + 1, 10.0);
-                assert!(k == 10 || before as f64 + s_more > budget as f64, "k is maximal");
+                assert!(
+                    k == 10 || before as f64 + s_more > budget as f64,
+                    "k is maximal"
+                );
             }
         }
     }
@@ -228,7 +231,10 @@ mod tests {
             (b"\xff", b"\xff\xff"),
         ] {
             let m = middle_key(a, b);
-            assert!(m.as_slice() > a && m.as_slice() <= b, "{a:?} {b:?} -> {m:?}");
+            assert!(
+                m.as_slice() > a && m.as_slice() <= b,
+                "{a:?} {b:?} -> {m:?}"
+            );
         }
         assert_eq!(middle_key(b"a", b"c"), b"b");
     }
@@ -263,6 +269,9 @@ mod tests {
             Some(3)
         );
         // A node with 2t children is never chosen.
-        assert_eq!(combine_candidate(&[1, 1, 1], &[6, 6, 6], &[1, 1, 1], t), None);
+        assert_eq!(
+            combine_candidate(&[1, 1, 1], &[6, 6, 6], &[1, 1, 1], t),
+            None
+        );
     }
 }
