@@ -100,6 +100,9 @@ pub struct Iam {
     /// consecutive evaluations agree (P11's hysteresis).
     pending_mk: Mutex<Option<(u32, u32)>>,
     durable: AtomicU64,
+    /// [`Iam::pending_bytes`] of the current version (computed when it is published, so that
+    /// `debt`, which writers call, does not walk the nodes).
+    full_debt: AtomicU64,
     counters: Counters,
     /// Bytes written into each level since open (index 0: L1).
     written: [AtomicU64; MAX_LEVELS],
@@ -215,20 +218,24 @@ impl Iam {
             0 => ctx.memtable_bytes.max(16 << 10),
             b => b,
         };
-        Ok(Iam {
+        let mut tree = Iam {
             ctx,
             params,
             mode,
             node_bytes,
-            current: RwLock::new(Arc::new(version)),
+            current: RwLock::new(Arc::new(Version::default())),
             queue: Mutex::new(VecDeque::new()),
             work_lock: Mutex::new(()),
             meta: Mutex::new(state),
             pending_mk: Mutex::new(None),
             durable: AtomicU64::new(durable_seq),
+            full_debt: AtomicU64::new(0),
             counters: Counters::default(),
             written: Default::default(),
-        })
+        };
+        tree.full_debt = AtomicU64::new(tree.pending_bytes(&version));
+        tree.current = RwLock::new(Arc::new(version));
+        Ok(tree)
     }
 
     fn version(&self) -> Arc<Version> {
@@ -1020,6 +1027,8 @@ impl Iam {
             freed,
         })?;
         unused.abandon();
+        self.full_debt
+            .store(self.pending_bytes(&next), Ordering::Relaxed);
         *self.current.write() = Arc::new(next);
         for f in gone_files {
             f.mark_obsolete();
@@ -1117,7 +1126,7 @@ impl Index for Iam {
             .iter()
             .map(|(m, _, _)| m.bytes().max(1))
             .sum();
-        q + self.pending_bytes(&self.version())
+        q + self.full_debt.load(Ordering::Relaxed)
     }
 
     fn background_work(&self) -> bool {
