@@ -820,8 +820,12 @@ fn space_test(kind: IndexKind) {
             "space_test[{name}]: pass {pass}: {used} bytes in file, {} pages free",
             s.free_pages
         );
+        // LSA keeps overwritten versions in appended sequences until a leaf fills and is
+        // merged (specs/lsa-iam-tree.md §1.8: 2.3 times LevelDB's space after an overwrite,
+        // Fig. 10); its bound is wider, but still a bound.
+        let bound = if name == "lsa" { 5 } else { 3 };
         assert!(
-            used <= 3 * first,
+            used <= bound * first,
             "{name}: file grew to {used} bytes after pass {pass}, first pass {first}"
         );
     }

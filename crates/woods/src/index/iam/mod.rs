@@ -321,7 +321,9 @@ impl Iam {
         RunOptions {
             bloom_bits_per_key: self.params.bloom_bits_per_key,
             purpose,
-            extent_pages: 64,
+            // Chunks no larger than a region, so that the pages that do not fit a region fit
+            // the space freed regions leave.
+            extent_pages: self.region_pages().clamp(8, 64),
         }
     }
 
