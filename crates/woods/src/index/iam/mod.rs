@@ -55,6 +55,13 @@ pub enum Mode {
     Iam,
 }
 
+/// A frozen memtable waiting for its flush, with its smallest and largest key.
+type Queued = (Arc<Memtable>, Vec<u8>, Vec<u8>);
+
+/// A node being written by [`Iam::write_nodes`]: its file, builder, first and last key, and
+/// user bytes so far.
+type Open = (Arc<NodeFile>, RunBuilder, Vec<u8>, Vec<u8>, u64);
+
 /// Most levels whose written bytes are counted separately.
 const MAX_LEVELS: usize = 16;
 
@@ -92,7 +99,7 @@ pub struct Iam {
     node_bytes: u64,
     current: RwLock<Arc<Version>>,
     /// Frozen memtables waiting to be flushed into L1, oldest first, with their key ranges.
-    queue: Mutex<VecDeque<(Arc<Memtable>, Vec<u8>, Vec<u8>)>>,
+    queue: Mutex<VecDeque<Queued>>,
     /// One step at a time.
     work_lock: Mutex<()>,
     meta: Mutex<MetaState>,
@@ -269,7 +276,7 @@ impl Iam {
     /// at t = 10, the code's `C_t / ((t+1)/2)`).
     fn leaf_target(&self) -> u64 {
         let div = match self.params.leaf_split_div {
-            0 => (self.params.fanout.max(2) + 1) / 2,
+            0 => self.params.fanout.max(2).div_ceil(2),
             d => d,
         };
         (self.node_bytes / u64::from(div.max(1))).max(1)
@@ -476,7 +483,7 @@ impl Iam {
     ) -> Result<Vec<Written>> {
         let store = &self.ctx.store;
         let mut out = Vec::new();
-        let mut cur: Option<(Arc<NodeFile>, RunBuilder, Vec<u8>, Vec<u8>, u64)> = None;
+        let mut cur: Option<Open> = None;
         for e in input {
             let e = e?;
             let full = cur.as_ref().is_some_and(|(_, _, _, last, bytes)| {
@@ -515,7 +522,7 @@ impl Iam {
 
     fn finish_written(
         &self,
-        (file, b, first, last, _): (Arc<NodeFile>, RunBuilder, Vec<u8>, Vec<u8>, u64),
+        (file, b, first, last, _): Open,
         built: &mut Built,
     ) -> Result<Written> {
         let (run, region) = Run::from_builder_in_region(b)?;
