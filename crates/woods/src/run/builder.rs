@@ -173,7 +173,7 @@ impl Sink {
     fn note_extent(&mut self, e: Extent) {
         // Metadata extents are not joined to data extents (in a region whose hole closed they
         // meet): the data extents stay the ones a scan reads in order.
-        let joinable = !self.tail || self.done.len() > self.data_extents;
+        let joinable = self.region.is_none() || !self.tail || self.done.len() > self.data_extents;
         // Nor are extents inside a region joined to extents outside it: the region's owner
         // tells them apart by containment.
         let region = self.region.map(|r| r.extent);
