@@ -238,11 +238,15 @@ impl Sink {
         }
     }
 
-    /// Starts placing metadata pages: the data pages' chunk is written first (in a region its
-    /// unused part goes back to the hole, which the metadata then fills from the back).
+    /// Starts placing metadata pages. In a region the data pages' chunk is written first, so
+    /// that its unused part goes back to the hole, which the metadata then fills from the back;
+    /// outside one the metadata continues the data's chunk, exactly as before regions existed.
     fn start_tail(&mut self) -> Result<()> {
         if !self.tail {
-            self.flush_chunk()?;
+            // Outside a region the metadata follows the data in the same chunk, as always.
+            if self.region.is_some() {
+                self.flush_chunk()?;
+            }
             self.tail = true;
             self.data_extents = self.done.len();
         }
