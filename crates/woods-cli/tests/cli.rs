@@ -366,6 +366,54 @@ fn load_verify_stbe() {
     load_then_verify("stbe");
 }
 
+#[test]
+fn load_verify_lsa() {
+    load_then_verify("lsa");
+}
+
+#[test]
+fn load_verify_iam() {
+    load_then_verify("iam");
+}
+
+/// `woods stats` shows the IAM-tree's levels (nodes, sequences per node, bytes, class), m and
+/// k and a counter for every reorganisation; `woods check` verifies its node invariants.
+#[test]
+fn iam_stats_and_check() {
+    for kind in ["lsa", "iam"] {
+        let d = tmp();
+        let db = d.path().join("db");
+        let db = path(&db);
+        ok(&[
+            "load",
+            db,
+            "--index",
+            kind,
+            "--records",
+            "60000",
+            "--memtable-bytes",
+            "256K",
+        ]);
+        assert!(ok(&["check", db]).ends_with(" entries ok\n"));
+        let stats = ok(&["stats", db]);
+        for want in [
+            &format!("kind              {kind}")[..],
+            "L1: ",
+            "sequences per node",
+            "class append",
+            "m none",
+            "memtable_flushes",
+            "appends",
+            "moves",
+        ] {
+            assert!(
+                stats.contains(want),
+                "{kind}: stats lacks {want:?}:\n{stats}"
+            );
+        }
+    }
+}
+
 /// `woods stats` shows the size-tiered trunk (a line per trunk level with its branch
 /// references, the distinct branches) and the maintenance counters; `woods check` verifies its
 /// invariants.

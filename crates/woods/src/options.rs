@@ -263,6 +263,98 @@ impl StbeParams {
     }
 }
 
+/// Parameters of the LSA-tree and the IAM-tree (`lsa`, `iam`; specs/lsa-iam-tree.md). A field
+/// left at 0 takes the default the spec derives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IamParams {
+    /// `t`, the growth factor: level `L_i` holds about `t^i` nodes, a node flushes to about
+    /// `t` children and is split at `2t` (the paper: 10).
+    pub fanout: u32,
+    /// `C_t`, a node's capacity in user bytes (key + value). 0: the Db's `memtable_bytes`
+    /// (the paper's memtable threshold equals `C_t`).
+    pub node_bytes: u64,
+    /// A node is full at this percentage of `C_t` (the code's 95).
+    pub full_percent: u32,
+    /// A full leaf that receives a flush is merged and cut into pieces of `C_t / this`.
+    /// 0: `(t + 1) / 2` (the code's; `C_t/5` at t = 10, spec P1).
+    pub leaf_split_div: u32,
+    /// `iam` only: a fixed mixed level `m` (1-based; above the last level: none). 0: chosen
+    /// at run time from half the cache (§3.8).
+    pub fixed_m: u32,
+    /// `iam` only: a fixed `k`, the most sequences of a mixed-level node. 0: chosen at run time.
+    pub fixed_k: u32,
+    /// Bloom filter bits per key of every sequence (the paper: 14).
+    pub bloom_bits_per_key: u32,
+}
+
+impl Default for IamParams {
+    fn default() -> Self {
+        IamParams {
+            fanout: 10,
+            node_bytes: 0,
+            full_percent: 95,
+            leaf_split_div: 0,
+            fixed_m: 0,
+            fixed_k: 0,
+            bloom_bits_per_key: 14,
+        }
+    }
+}
+
+impl IamParams {
+    fn validate(&self, name: &str) -> Result<()> {
+        let bad = |what: String| Err(Error::InvalidOption(format!("{name} {what}")));
+        if !(2..=64).contains(&self.fanout) {
+            return bad(format!("fanout {} not in 2..=64", self.fanout));
+        }
+        if self.node_bytes != 0 && self.node_bytes < 16 << 10 {
+            return bad("node_bytes below 16 KiB".into());
+        }
+        if !(50..=100).contains(&self.full_percent) {
+            return bad(format!(
+                "full_percent {} not in 50..=100",
+                self.full_percent
+            ));
+        }
+        if self.leaf_split_div > 64 {
+            return bad(format!("leaf_split_div {} above 64", self.leaf_split_div));
+        }
+        if self.fixed_k > self.fanout {
+            return bad(format!("fixed_k {} above the fanout", self.fixed_k));
+        }
+        if self.bloom_bits_per_key > 64 {
+            return bad("bloom_bits_per_key above 64".into());
+        }
+        Ok(())
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        codec::put_u32(out, self.fanout);
+        codec::put_u64(out, self.node_bytes);
+        for v in [
+            self.full_percent,
+            self.leaf_split_div,
+            self.fixed_m,
+            self.fixed_k,
+            self.bloom_bits_per_key,
+        ] {
+            codec::put_u32(out, v);
+        }
+    }
+
+    fn decode(r: &mut Reader) -> Result<IamParams> {
+        Ok(IamParams {
+            fanout: r.u32()?,
+            node_bytes: r.u64()?,
+            full_percent: r.u32()?,
+            leaf_split_div: r.u32()?,
+            fixed_m: r.u32()?,
+            fixed_k: r.u32()?,
+            bloom_bits_per_key: r.u32()?,
+        })
+    }
+}
+
 /// Which index structure organises the data file, with its parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IndexKind {
@@ -274,6 +366,12 @@ pub enum IndexKind {
     NbTree(NbTreeParams),
     /// SplinterDB's size-tiered Bε-tree: pointer-only flushes, quotient filters.
     Stbe(StbeParams),
+    /// The LSA-tree (Gong et al., ICPP 2019): nodes of appended sequences, low write
+    /// amplification.
+    Lsa(IamParams),
+    /// The IAM-tree (Gong et al., ICPP 2019): appends in the upper levels, merges below, the
+    /// split chosen from the memory budget.
+    Iam(IamParams),
 }
 
 impl IndexKind {
@@ -284,6 +382,8 @@ impl IndexKind {
             IndexKind::Lsm(_) => "lsm",
             IndexKind::NbTree(_) => "nbtree",
             IndexKind::Stbe(_) => "stbe",
+            IndexKind::Lsa(_) => "lsa",
+            IndexKind::Iam(_) => "iam",
         }
     }
 
@@ -294,8 +394,10 @@ impl IndexKind {
             "lsm" => Ok(IndexKind::Lsm(LsmParams::default())),
             "nbtree" => Ok(IndexKind::NbTree(NbTreeParams::default())),
             "stbe" => Ok(IndexKind::Stbe(StbeParams::default())),
+            "lsa" => Ok(IndexKind::Lsa(IamParams::default())),
+            "iam" => Ok(IndexKind::Iam(IamParams::default())),
             other => Err(Error::InvalidOption(format!(
-                "unknown index kind {other:?} (known: btree, lsm, nbtree, stbe)"
+                "unknown index kind {other:?} (known: btree, lsm, nbtree, stbe, lsa, iam)"
             ))),
         }
     }
@@ -307,6 +409,8 @@ impl IndexKind {
             IndexKind::Lsm(LsmParams::default()),
             IndexKind::NbTree(NbTreeParams::default()),
             IndexKind::Stbe(StbeParams::default()),
+            IndexKind::Lsa(IamParams::default()),
+            IndexKind::Iam(IamParams::default()),
         ]
     }
 
@@ -362,6 +466,8 @@ impl IndexKind {
                 }
             }
             IndexKind::Stbe(p) => p.validate()?,
+            IndexKind::Lsa(p) => p.validate("lsa")?,
+            IndexKind::Iam(p) => p.validate("iam")?,
         }
         Ok(())
     }
@@ -403,6 +509,14 @@ impl IndexKind {
                     codec::put_u32(out, v);
                 }
             }
+            IndexKind::Lsa(p) => {
+                out.push(6);
+                p.encode(out);
+            }
+            IndexKind::Iam(p) => {
+                out.push(7);
+                p.encode(out);
+            }
         }
     }
 
@@ -436,6 +550,8 @@ impl IndexKind {
                 filter_remainder_bits: r.u32()?,
                 extent_pages: r.u32()?,
             })),
+            6 => Ok(IndexKind::Lsa(IamParams::decode(r)?)),
+            7 => Ok(IndexKind::Iam(IamParams::decode(r)?)),
             k => Err(Error::corruption(
                 "options",
                 None,

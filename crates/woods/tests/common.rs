@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams};
+use woods::{
+    BTreeParams, IamParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams,
+};
 
 /// Appends operands to the value: the suite's merge operator.
 pub struct Append;
@@ -39,6 +41,16 @@ pub fn kinds() -> Vec<IndexKind> {
             dead_percent: 25,
             node_bytes: 128 << 10,
             ..StbeParams::default()
+        }),
+        // t = 3 (spec §7 invariant 4: small t so that splits happen), C_t the suite's 64 KiB
+        // memtable; `iam` chooses m and k from the suite's 256 KiB cache.
+        IndexKind::Lsa(IamParams {
+            fanout: 3,
+            ..IamParams::default()
+        }),
+        IndexKind::Iam(IamParams {
+            fanout: 3,
+            ..IamParams::default()
         }),
     ]
 }

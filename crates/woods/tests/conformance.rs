@@ -316,6 +316,21 @@ fn model_test(kind: IndexKind) {
             "root_splits",
             "merges",
         ],
+        "lsa" => &[
+            "memtable_flushes",
+            "flushes",
+            "appends",
+            "moves",
+            "leaf_splits",
+        ],
+        "iam" => &[
+            "memtable_flushes",
+            "flushes",
+            "appends",
+            "merges",
+            "moves",
+            "leaf_splits",
+        ],
         _ => &[],
     };
     for r in required {
@@ -806,8 +821,12 @@ fn space_test(kind: IndexKind) {
             "space_test[{name}]: pass {pass}: {used} bytes in file, {} pages free",
             s.free_pages
         );
+        // LSA keeps overwritten versions in appended sequences until a leaf fills and is
+        // merged (specs/lsa-iam-tree.md §1.8: 2.3 times LevelDB's space after an overwrite,
+        // Fig. 10); its bound is wider, but still a bound.
+        let bound = if name == "lsa" { 5 } else { 3 };
         assert!(
-            used <= 3 * first,
+            used <= bound * first,
             "{name}: file grew to {used} bytes after pass {pass}, first pass {first}"
         );
     }
@@ -1139,7 +1158,7 @@ macro_rules! suite {
     )*};
 }
 
-suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe");
+suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe", lsa: "lsa", iam: "iam");
 
 /// The child side of the process-crash test: writes records in order and reports each
 /// acknowledgement (and whether background work was in flight) on stdout until killed.
@@ -1287,6 +1306,16 @@ fn crash_stbe() {
     crash_test(kind("stbe"))
 }
 
+#[test]
+fn crash_lsa() {
+    crash_test(kind("lsa"))
+}
+
+#[test]
+fn crash_iam() {
+    crash_test(kind("iam"))
+}
+
 /// The child side of the memory test: loads data many times its budgets, reads it back and
 /// prints its peak resident memory.
 #[test]
@@ -1378,4 +1407,14 @@ fn memory_nbtree() {
 #[test]
 fn memory_stbe() {
     memory_test(kind("stbe"))
+}
+
+#[test]
+fn memory_lsa() {
+    memory_test(kind("lsa"))
+}
+
+#[test]
+fn memory_iam() {
+    memory_test(kind("iam"))
 }

@@ -9,6 +9,8 @@ pub mod btree;
 #[doc(hidden)]
 pub mod committer;
 #[doc(hidden)]
+pub mod iam;
+#[doc(hidden)]
 pub mod lsm;
 #[doc(hidden)]
 pub mod nbtree;
@@ -204,5 +206,19 @@ pub fn open_index(
         IndexKind::Lsm(p) => Arc::new(lsm::Lsm::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::NbTree(p) => Arc::new(nbtree::NbTree::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Stbe(p) => Arc::new(stbe::Stbe::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::Lsa(p) => Arc::new(iam::Iam::open(
+            ctx,
+            p.clone(),
+            iam::Mode::Lsa,
+            meta,
+            durable_seq,
+        )?),
+        IndexKind::Iam(p) => Arc::new(iam::Iam::open(
+            ctx,
+            p.clone(),
+            iam::Mode::Iam,
+            meta,
+            durable_seq,
+        )?),
     })
 }

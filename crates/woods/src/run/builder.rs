@@ -11,7 +11,7 @@ use super::format::{
     FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT, PAGE_BLOB, PAGE_DATA, PAGE_FILTER,
     PAGE_HEADER, PAGE_INDEX, PAYLOAD,
 };
-use super::{RunMeta, RunOptions};
+use super::{Region, RunMeta, RunOptions};
 use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};
 use crate::error::{Error, Result};
 use crate::filter::{FilterBuilder, FilterFinish, FilterSpec};
@@ -28,6 +28,20 @@ struct Chunk {
     extent: Extent,
     buf: AlignedBuf,
     used: u64,
+    from: Origin,
+}
+
+/// Where a chunk's pages come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The allocator: an unused tail goes back to it.
+    Alloc,
+    /// The front of the append region (data pages, placed upwards): an unused tail goes back
+    /// to the hole.
+    Front,
+    /// The back of the append region (metadata pages, placed downwards from the chunk's end):
+    /// an unused head goes back to the hole.
+    Back,
 }
 
 /// Hands out page numbers and writes pages, a chunk at a time and behind the caller (the page
@@ -43,6 +57,13 @@ struct Sink {
     writing: VecDeque<Pending<Done>>,
     /// Buffers of chunks written, reused for the next (no allocation per chunk).
     spare: Vec<AlignedBuf>,
+    /// The append region the run is placed in, if any (its cursors move as pages are placed).
+    region: Option<Region>,
+    /// Whether the builder is placing metadata (index, filter, header) pages: in a region they
+    /// come from its back.
+    tail: bool,
+    /// Extents in `done` when the metadata began.
+    data_extents: usize,
 }
 
 impl Sink {
@@ -56,8 +77,16 @@ impl Sink {
     fn put(&mut self, n: u64, mut fill: impl FnMut(usize, &mut [u8])) -> Result<u64> {
         let chunk_pages = self.chunk_pages();
         if n > chunk_pages {
-            // Larger than a chunk: an extent of its own, allocated exactly.
-            let extent = self.store.alloc().alloc(n);
+            // Larger than a chunk: an extent of its own, allocated exactly (from the region's
+            // hole when it has room; the open chunk is written first, so that its unused part
+            // goes back to the hole before the hole is cut).
+            if self.region.is_some() {
+                self.flush_chunk()?;
+            }
+            let extent = match self.take_from_region(n, n) {
+                Some((e, _)) => e,
+                None => self.store.alloc().alloc(n),
+            };
             self.note_extent(extent);
             let mut buf = AlignedBuf::zeroed(n as usize * PAGE_SIZE);
             for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
@@ -77,7 +106,10 @@ impl Sink {
         let c = match &mut self.chunk {
             Some(c) => c,
             None => {
-                let extent = self.store.alloc().alloc(chunk_pages);
+                let (extent, from) = match self.take_from_region(n, chunk_pages) {
+                    Some(x) => x,
+                    None => (self.store.alloc().alloc(chunk_pages), Origin::Alloc),
+                };
                 let len = chunk_pages as usize * PAGE_SIZE;
                 let buf = match self.spare.pop() {
                     Some(b) if b.len() == len => b,
@@ -88,10 +120,16 @@ impl Sink {
                     extent,
                     buf,
                     used: 0,
+                    from,
                 })
             }
         };
-        let first = c.used as usize;
+        // Front and allocator chunks fill upwards; a back chunk fills downwards from its end,
+        // each placement's pages in ascending order.
+        let first = match c.from {
+            Origin::Back => (c.extent.pages - c.used - n) as usize,
+            _ => c.used as usize,
+        };
         for i in 0..n as usize {
             let page = &mut c.buf[(first + i) * PAGE_SIZE..(first + i + 1) * PAGE_SIZE];
             // A reused buffer holds the previous chunk's bytes.
@@ -102,35 +140,117 @@ impl Sink {
         Ok(c.extent.start + first as u64)
     }
 
+    /// Takes up to `want` (at least `need`) pages from the region's hole: from its front for
+    /// data pages, from its back for metadata pages. `None` when there is no region or its hole
+    /// holds fewer than `need` pages (the run then continues in allocated extents).
+    fn take_from_region(&mut self, need: u64, want: u64) -> Option<(Extent, Origin)> {
+        let tail = self.tail;
+        let r = self.region.as_mut()?;
+        let hole = r.hole_pages();
+        if hole < need {
+            return None;
+        }
+        let pages = want.min(hole);
+        if tail {
+            r.back -= pages;
+            Some((
+                Extent {
+                    start: r.back,
+                    pages,
+                },
+                Origin::Back,
+            ))
+        } else {
+            let start = r.front;
+            r.front += pages;
+            Some((Extent { start, pages }, Origin::Front))
+        }
+    }
+
     /// Records an extent of the run, extending the last one when it directly follows it (the
     /// allocator hands out consecutive chunks from the same free range), so that a large run's
     /// metadata lists a few extents, not one per chunk.
     fn note_extent(&mut self, e: Extent) {
+        // Metadata extents are not joined to data extents (in a region whose hole closed they
+        // meet): the data extents stay the ones a scan reads in order.
+        let joinable = self.region.is_none() || !self.tail || self.done.len() > self.data_extents;
+        // Nor are extents inside a region joined to extents outside it: the region's owner
+        // tells them apart by containment.
+        let region = self.region.map(|r| r.extent);
+        let inside = |x: &Extent| region.is_some_and(|r| x.start >= r.start && x.end() <= r.end());
+        let joinable = joinable && self.done.last().is_none_or(|l| inside(l) == inside(&e));
         match self.done.last_mut() {
-            Some(last) if last.end() == e.start => last.pages += e.pages,
+            Some(last) if joinable && last.end() == e.start => last.pages += e.pages,
+            // Metadata placed downwards in an append region.
+            Some(last) if joinable && self.tail && e.end() == last.start => {
+                last.start = e.start;
+                last.pages += e.pages;
+            }
             _ => self.done.push(e),
         }
     }
 
-    /// Writes the filled part of the chunk and gives its unused tail back.
+    /// Writes the filled part of the chunk and gives its unused part back (to the allocator, or
+    /// to the region's hole).
     fn flush_chunk(&mut self) -> Result<()> {
         let Some(c) = self.chunk.take() else {
             return Ok(());
         };
-        let used = Extent {
-            start: c.extent.start,
-            pages: c.used,
+        let unused = c.extent.pages - c.used;
+        let used = match c.from {
+            Origin::Back => Extent {
+                start: c.extent.start + unused,
+                pages: c.used,
+            },
+            _ => Extent {
+                start: c.extent.start,
+                pages: c.used,
+            },
         };
-        let tail = Extent {
-            start: used.end(),
-            pages: c.extent.pages - c.used,
-        };
-        self.store.alloc().release(tail);
+        match (c.from, self.region.as_mut()) {
+            (Origin::Front, Some(r)) => r.front = used.end(),
+            (Origin::Back, Some(r)) => r.back = used.start,
+            _ => self.store.alloc().release(Extent {
+                start: used.end(),
+                pages: unused,
+            }),
+        }
         if used.pages == 0 {
             return Ok(());
         }
         self.note_extent(used);
+        if c.from == Origin::Back && unused > 0 {
+            // The used pages are the end of the buffer: write them from a buffer of their own.
+            let off = unused as usize * PAGE_SIZE;
+            let buf = AlignedBuf::from_slice(&c.buf[off..]);
+            self.spare_buffer(c.buf);
+            return self.hand_off(used.start, buf, used.pages as usize * PAGE_SIZE);
+        }
         self.hand_off(used.start, c.buf, used.pages as usize * PAGE_SIZE)
+    }
+
+    /// Keeps a chunk buffer for the next chunk.
+    fn spare_buffer(&mut self, buf: AlignedBuf) {
+        if buf.len() == self.chunk_pages() as usize * PAGE_SIZE
+            && self.spare.len() < WRITES_IN_FLIGHT
+        {
+            self.spare.push(buf);
+        }
+    }
+
+    /// Starts placing metadata pages. In a region the data pages' chunk is written first, so
+    /// that its unused part goes back to the hole, which the metadata then fills from the back;
+    /// outside one the metadata continues the data's chunk, exactly as before regions existed.
+    fn start_tail(&mut self) -> Result<()> {
+        if !self.tail {
+            // Outside a region the metadata follows the data in the same chunk, as always.
+            if self.region.is_some() {
+                self.flush_chunk()?;
+            }
+            self.tail = true;
+            self.data_extents = self.done.len();
+        }
+        Ok(())
     }
 
     /// Hands the first `len` bytes of `buf` to the page file to write at page `start`; waits
@@ -156,10 +276,7 @@ impl Sink {
             return Ok(());
         };
         let (r, buf) = w.wait()?;
-        let chunk = self.chunk_pages() as usize * PAGE_SIZE;
-        if buf.len() == chunk && self.spare.len() < WRITES_IN_FLIGHT {
-            self.spare.push(buf);
-        }
+        self.spare_buffer(buf);
         r
     }
 
@@ -175,16 +292,24 @@ impl Sink {
         first
     }
 
-    /// Gives back everything allocated, once no write into it is still in flight.
+    /// Gives back everything allocated, once no write into it is still in flight. Pages taken
+    /// from an append region are not the builder's to release: the region's owner keeps its
+    /// committed cursors, and what was written past them is unreferenced.
     fn release_all(&mut self) {
         // A failed write's error was (or will be) reported by the call that waits for it; the
         // pages go back either way.
         let _ = self.settle();
+        let region = self.region.map(|r| r.extent);
+        let inside = |e: &Extent| region.is_some_and(|r| e.start >= r.start && e.end() <= r.end());
         if let Some(c) = self.chunk.take() {
-            self.store.alloc().release(c.extent);
+            if c.from == Origin::Alloc {
+                self.store.alloc().release(c.extent);
+            }
         }
         for e in self.done.drain(..) {
-            self.store.alloc().release(e);
+            if !inside(&e) {
+                self.store.alloc().release(e);
+            }
         }
     }
 }
@@ -274,6 +399,9 @@ impl RunBuilder {
                 done: Vec::new(),
                 writing: VecDeque::new(),
                 spare: Vec::new(),
+                region: None,
+                tail: false,
+                data_extents: 0,
             },
             page: SlottedPage::default(),
             page_first: None,
@@ -292,6 +420,24 @@ impl RunBuilder {
             fin: None,
             finished: false,
         }
+    }
+
+    /// A builder that appends its run into `region`: data (and blob) pages from the region's
+    /// front upwards, metadata (index, filter, header) pages from its back downwards, so that
+    /// the hole between stays free for the next run appended. Pages that do not fit the hole go
+    /// to extents from the allocator, as for any run. The region's new cursors come back from
+    /// [`Run::from_builder_in_region`](super::Run::from_builder_in_region) (or
+    /// [`RunBuilder::region`] after [`RunBuilder::finish_step`] completed).
+    pub fn in_region(store: Arc<PageFile>, opts: RunOptions, region: Region) -> Self {
+        let mut b = RunBuilder::new(store, opts);
+        b.sink.region = Some(region);
+        b
+    }
+
+    /// The append region with the cursors as the pages placed so far left them (`None` for a
+    /// builder not placing into a region).
+    pub fn region(&self) -> Option<Region> {
+        self.sink.region
     }
 
     /// Appends one entry. Entries must arrive in [`cmp_entries`] order with no (key, seq)
@@ -461,6 +607,7 @@ impl RunBuilder {
             match self.fin.take() {
                 None => {
                     self.seal_data_page()?;
+                    self.sink.start_tail()?;
                     let level1 = std::mem::take(&mut self.level1);
                     let height = u32::from(!level1.is_empty());
                     self.fin = Some(if level1.len() > 1 {

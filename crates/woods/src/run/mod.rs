@@ -14,6 +14,7 @@
 mod builder;
 pub(crate) mod format;
 mod iter;
+mod region;
 
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,7 @@ pub use builder::RunBuilder;
 #[cfg(test)]
 pub(crate) use builder::WRITES_IN_FLIGHT;
 pub use iter::RunIter;
+pub use region::Region;
 
 use crate::cache::PageRef;
 use crate::entry::codec::{self, Reader};
@@ -368,6 +370,15 @@ impl Run {
         let mut run = Run::assemble(store, meta, tree_root, filter);
         run.charge_filter();
         Ok(run)
+    }
+
+    /// [`Run::from_builder`] for a builder placing its run in an append region
+    /// ([`RunBuilder::in_region`]): also returns the region with its cursors moved past the
+    /// run's pages (`None` for a builder without a region).
+    pub fn from_builder_in_region(mut builder: RunBuilder) -> Result<(Run, Option<Region>)> {
+        while !builder.finish_step(u64::MAX)? {}
+        let region = builder.region();
+        Ok((Run::from_builder(builder)?, region))
     }
 
     fn assemble(

@@ -12,7 +12,7 @@ use super::format::Node;
 use super::iter::Cursor;
 use super::*;
 use crate::cache::Cache;
-use crate::entry::codec::Reader;
+use crate::entry::codec::{self, Reader};
 use crate::storage::{Allocator, FaultFs, FaultPlan, Fs, IoCounters, OpenMode, PAGE_BODY};
 use crate::testutil::seed;
 
@@ -1143,4 +1143,105 @@ fn a_failed_write_behind_fails_the_build_and_releases_its_pages() {
         );
         assert!(pf.alloc().free_pages() >= free);
     }
+}
+
+/// Builds `entries` as a run appended into `region`; returns the run and the moved region.
+fn build_in_region(
+    pf: &Arc<PageFile>,
+    entries: &[Entry],
+    o: RunOptions,
+    region: Region,
+) -> (Arc<Run>, Region) {
+    let mut b = RunBuilder::in_region(pf.clone(), o, region);
+    for e in entries {
+        b.add(e).unwrap();
+    }
+    let (run, region) = Run::from_builder_in_region(b).unwrap();
+    (
+        Arc::new(run),
+        region.expect("a region builder returns its region"),
+    )
+}
+
+#[test]
+fn runs_appended_into_a_region_read_back_with_data_in_front_and_metadata_behind() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let extent = pf.alloc().alloc(4096);
+    let end_before = pf.alloc().end();
+    let mut region = Region::new(extent);
+    let o = RunOptions {
+        extent_pages: 16,
+        ..opts()
+    };
+    let mut runs = Vec::new();
+    for n in [3000, 1, 0, 2000] {
+        let m = model(&mut rng, n);
+        let before = region;
+        let (run, after) = build_in_region(&pf, &m, o, region);
+        // Data pages grow the front, metadata pages the back; nothing outside the region.
+        assert!(after.front >= before.front && after.back <= before.back);
+        assert!(after.front <= after.back, "cursors crossed: {after:?}");
+        assert_eq!(
+            run.meta().pages(),
+            (after.front - before.front) + (before.back - after.back),
+            "run pages are exactly what the cursors moved over"
+        );
+        for e in run.extents() {
+            assert!(region.holds(e), "extent {e:?} outside {region:?}");
+            let data = e.end() <= after.front && e.start >= before.front;
+            let meta = e.start >= after.back && e.end() <= before.back;
+            assert!(data || meta, "extent {e:?} is neither data nor metadata");
+        }
+        assert!(run.meta().root_page >= after.back, "header is metadata");
+        region = after;
+        runs.push((run, m));
+    }
+    assert_eq!(
+        pf.alloc().end(),
+        end_before,
+        "nothing allocated outside the region"
+    );
+    // Every run still reads back whole once later runs were appended.
+    for (run, m) in &runs {
+        verify(run, m, &mut rng, 5);
+        let reopened = Arc::new(Run::open(pf.clone(), run.meta().clone()).unwrap());
+        verify(&reopened, m, &mut rng, 2);
+    }
+    let mut buf = Vec::new();
+    region.encode(&mut buf);
+    let mut r = Reader::new(&buf, "test");
+    assert_eq!(Region::decode(&mut r).unwrap(), region);
+}
+
+#[test]
+fn a_run_larger_than_the_hole_continues_in_allocated_extents() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    let (_fs, pf) = store();
+    let region = Region::new(pf.alloc().alloc(40));
+    let m = model(&mut rng, 4000);
+    let (run, after) = build_in_region(&pf, &m, opts(), region);
+    assert!(after.hole_pages() < 16, "the hole was used: {after:?}");
+    assert!(run.extents().iter().any(|e| !region.holds(e)));
+    verify(&run, &m, &mut rng, 5);
+    // Abandoning a region builder gives back its allocated extents only, never region pages.
+    let allocated = |pf: &PageFile| pf.alloc().end() - pf.alloc().free_pages();
+    let before = allocated(&pf);
+    let mut b = RunBuilder::in_region(pf.clone(), opts(), after);
+    for e in &m {
+        b.add(e).unwrap();
+    }
+    assert!(allocated(&pf) > before, "the run overflowed the region");
+    b.abandon();
+    assert_eq!(allocated(&pf), before);
+    verify(&run, &m, &mut rng, 1);
+}
+
+#[test]
+fn region_decode_refuses_crossed_cursors() {
+    let mut buf = Vec::new();
+    for v in [100u64, 10, 6, 5] {
+        codec::put_varint(&mut buf, v);
+    }
+    assert!(Region::decode(&mut Reader::new(&buf, "t")).is_err());
 }

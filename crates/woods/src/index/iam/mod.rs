@@ -1,0 +1,1324 @@
+//! `lsa` and `iam`: the LSA-tree and the IAM-tree of IamDB (specs/lsa-iam-tree.md, with its
+//! corrections), one implementation with two rules.
+//!
+//! Levels L1..Ln hold nodes with disjoint key ranges; a node is one append region of the data
+//! file (an MSTable: data from the front, metadata from the back, a hole between) holding
+//! sorted sequences newest first, each a run with its own bloom filter. The memtable is L0.
+//! A full node is flushed into the nodes of the next level its range overlaps (§3.4): moved
+//! down by metadata when it overlaps none, else its sequences are merged into one stream, cut
+//! between the children (P4, P5), and each child's part is appended as a new sequence (LSA;
+//! IAM's append levels), appended or merged by the k rule (IAM's mixed level `L_m`), or merged
+//! into one sequence (IAM's merge levels); a full leaf is merged and cut into new leaves of
+//! `C_t / leaf_split_div` (P13). A node with `2t` children is split instead (§3.6); a level
+//! with more than `t^i` nodes combines one (§3.7); the leaf level grows a level below when it
+//! holds `t^n` nodes. IAM chooses `m` and `k` at run time from the cache budget (§3.8).
+//!
+//! LSA is IAM with every level appending: the two kinds differ only in [`Mode`].
+//!
+//! Every step is one manifest commit after a sync of the data file; readers hold an
+//! `Arc<Version>`, and appends never write below a committed cursor of a region, so old
+//! versions stay valid while work runs.
+
+pub mod iter;
+pub mod node;
+pub mod policy;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use self::iter::{node_iter, LevelIter};
+use self::node::{decode_meta, encode_meta, MetaState, Node, NodeFile, Seq, Version};
+use self::policy::{Action, Class};
+use super::{Index, IndexContext, IndexStats};
+use crate::entry::{cmp_entries, Entry, Kind};
+use crate::error::{Error, Result};
+use crate::manifest::Commit;
+use crate::memtable::Memtable;
+use crate::merge::{Compactor, EntryIter};
+use crate::options::IamParams;
+use crate::run::{Region, Run, RunBuilder, RunOptions};
+use crate::storage::{Extent, Purpose, PAGE_SIZE};
+
+/// Which rule the tree follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Every level appends (the LSA-tree).
+    Lsa,
+    /// Append levels, the mixed level and merge levels (the IAM-tree).
+    Iam,
+}
+
+/// A frozen memtable waiting for its flush, with its smallest and largest key.
+type Queued = (Arc<Memtable>, Vec<u8>, Vec<u8>);
+
+/// A node being written by [`Iam::write_nodes`]: its file, builder, first and last key, and
+/// user bytes so far.
+type Open = (Arc<NodeFile>, RunBuilder, Vec<u8>, Vec<u8>, u64);
+
+/// Most levels whose written bytes are counted separately.
+const MAX_LEVELS: usize = 16;
+
+#[derive(Default)]
+struct Counters {
+    absorbs: AtomicU64,
+    memtable_flushes: AtomicU64,
+    flushes: AtomicU64,
+    appends: AtomicU64,
+    merges: AtomicU64,
+    leaf_splits: AtomicU64,
+    moves: AtomicU64,
+    splits: AtomicU64,
+    combines: AtomicU64,
+    grows: AtomicU64,
+}
+
+/// One step of work (§3.2), chosen from a version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Idle,
+    Grow,
+    Combine { d: usize, i: usize },
+    FlushMem,
+    Flush { d: usize, i: usize },
+    Split { d: usize, i: usize },
+}
+
+/// The LSA-tree or IAM-tree index.
+pub struct Iam {
+    ctx: IndexContext,
+    params: IamParams,
+    mode: Mode,
+    /// `C_t`: node capacity in user bytes.
+    node_bytes: u64,
+    current: RwLock<Arc<Version>>,
+    /// Frozen memtables waiting to be flushed into L1, oldest first, with their key ranges.
+    queue: Mutex<VecDeque<Queued>>,
+    /// One step at a time.
+    work_lock: Mutex<()>,
+    meta: Mutex<MetaState>,
+    /// The (m, k) computed at the previous step: a new choice is adopted only when two
+    /// consecutive evaluations agree (P11's hysteresis).
+    pending_mk: Mutex<Option<(u32, u32)>>,
+    durable: AtomicU64,
+    /// [`Iam::pending_bytes`] of the current version (computed when it is published, so that
+    /// `debt`, which writers call, does not walk the nodes).
+    full_debt: AtomicU64,
+    counters: Counters,
+    /// Bytes written into each level since open (index 0: L1).
+    written: [AtomicU64; MAX_LEVELS],
+}
+
+/// A sorted stream's entries below `cut` (all of them when `None`): one child's partition.
+struct Part<'a, I: Iterator<Item = Result<Entry>>> {
+    src: &'a mut std::iter::Peekable<I>,
+    cut: Option<&'a [u8]>,
+    first: Option<Arc<[u8]>>,
+    last: Option<Arc<[u8]>>,
+}
+
+impl<I: Iterator<Item = Result<Entry>>> Iterator for Part<'_, I> {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        let below = match self.src.peek()? {
+            Ok(e) => self.cut.is_none_or(|c| &*e.key < c),
+            Err(_) => true,
+        };
+        if !below {
+            return None;
+        }
+        let r = self.src.next()?;
+        if let Ok(e) = &r {
+            if self.first.is_none() {
+                self.first = Some(e.key.clone());
+            }
+            self.last = Some(e.key.clone());
+        }
+        Some(r)
+    }
+}
+
+/// Two sorted streams merged in entry order; of two copies of one version, `a`'s (the newer
+/// source) is kept.
+struct Merge2<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Entry>>> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+}
+
+impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Entry>>> Iterator
+    for Merge2<A, B>
+{
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        let order = match (self.a.peek(), self.b.peek()) {
+            (None, None) => return None,
+            (Some(_), None) | (Some(Err(_)), _) => std::cmp::Ordering::Less,
+            (None, Some(_)) | (_, Some(Err(_))) => std::cmp::Ordering::Greater,
+            (Some(Ok(x)), Some(Ok(y))) => cmp_entries(&x.key, x.seq, &y.key, y.seq),
+        };
+        match order {
+            std::cmp::Ordering::Less => self.a.next(),
+            std::cmp::Ordering::Greater => self.b.next(),
+            std::cmp::Ordering::Equal => {
+                self.b.next();
+                self.a.next()
+            }
+        }
+    }
+}
+
+/// A node written by a step: its range, file and sequences (not yet committed).
+struct Written {
+    file: Arc<NodeFile>,
+    region: Region,
+    seq: Arc<Seq>,
+    first: Vec<u8>,
+    last: Vec<u8>,
+}
+
+/// What a step built before its commit: released if the step fails.
+#[derive(Default)]
+struct Built {
+    files: Vec<Arc<NodeFile>>,
+    seqs: Vec<Arc<Seq>>,
+}
+
+impl Built {
+    fn abandon(&self) {
+        for f in &self.files {
+            f.mark_obsolete();
+        }
+        for s in &self.seqs {
+            s.mark_obsolete();
+        }
+    }
+}
+
+impl Iam {
+    /// Opens the tree from its manifest metadata (empty: a new tree).
+    pub fn open(
+        ctx: IndexContext,
+        params: IamParams,
+        mode: Mode,
+        meta: &[u8],
+        durable_seq: u64,
+    ) -> Result<Iam> {
+        let (state, version) = if meta.is_empty() {
+            (
+                MetaState {
+                    next_id: 1,
+                    m: 0,
+                    k: 0,
+                },
+                Version::default(),
+            )
+        } else {
+            decode_meta(meta, &ctx.store)?
+        };
+        let node_bytes = match params.node_bytes {
+            0 => ctx.memtable_bytes.max(16 << 10),
+            b => b,
+        };
+        let mut tree = Iam {
+            ctx,
+            params,
+            mode,
+            node_bytes,
+            current: RwLock::new(Arc::new(Version::default())),
+            queue: Mutex::new(VecDeque::new()),
+            work_lock: Mutex::new(()),
+            meta: Mutex::new(state),
+            pending_mk: Mutex::new(None),
+            durable: AtomicU64::new(durable_seq),
+            full_debt: AtomicU64::new(0),
+            counters: Counters::default(),
+            written: Default::default(),
+        };
+        tree.full_debt = AtomicU64::new(tree.pending_bytes(&version));
+        tree.current = RwLock::new(Arc::new(version));
+        Ok(tree)
+    }
+
+    fn version(&self) -> Arc<Version> {
+        self.current.read().clone()
+    }
+
+    fn name(&self) -> &'static str {
+        match self.mode {
+            Mode::Lsa => "lsa",
+            Mode::Iam => "iam",
+        }
+    }
+
+    fn t(&self) -> u64 {
+        u64::from(self.params.fanout.max(2))
+    }
+
+    /// `t^i`, the node threshold of 1-based level `i` (saturating).
+    fn threshold(&self, i: usize) -> u64 {
+        self.t().checked_pow(i as u32).unwrap_or(u64::MAX)
+    }
+
+    fn is_full(&self, n: &Node) -> bool {
+        n.data_bytes().saturating_mul(100)
+            >= self
+                .node_bytes
+                .saturating_mul(u64::from(self.params.full_percent))
+    }
+
+    /// Leaf pieces after a merge of a full leaf: `C_t / leaf_split_div` (P1: default `C_t/5`
+    /// at t = 10, the code's `C_t / ((t+1)/2)`).
+    fn leaf_target(&self) -> u64 {
+        let div = match self.params.leaf_split_div {
+            0 => self.params.fanout.max(2).div_ceil(2),
+            d => d,
+        };
+        (self.node_bytes / u64::from(div.max(1))).max(1)
+    }
+
+    /// The (m, k) in force: LSA has no mixed level; IAM before its first choice neither.
+    fn mk(&self) -> (u32, u32) {
+        let st = *self.meta.lock();
+        match self.mode {
+            Mode::Lsa => (u32::MAX, 1),
+            Mode::Iam if st.m == 0 => (u32::MAX, 1),
+            Mode::Iam => (st.m, st.k.max(1)),
+        }
+    }
+
+    /// Re-evaluates m and k (§3.8) from the levels' data and the cache budget (half the
+    /// cache, the spec's `M/2`); fixed overrides win.
+    fn update_mk(&self, v: &Version) {
+        if self.mode == Mode::Lsa {
+            return;
+        }
+        let d: Vec<u64> = (0..v.levels.len()).map(|j| v.level_bytes(j)).collect();
+        let cache = self.ctx.store.cache().stats().capacity_pages * PAGE_SIZE as u64;
+        let (mut m, mut k) = policy::choose_mk(&d, cache / 2, self.params.fanout.max(2));
+        if self.params.fixed_m != 0 {
+            m = self.params.fixed_m;
+        }
+        if self.params.fixed_k != 0 {
+            k = self.params.fixed_k;
+        }
+        let mut pending = self.pending_mk.lock();
+        let mut st = self.meta.lock();
+        let fixed = self.params.fixed_m != 0 && self.params.fixed_k != 0;
+        if fixed || *pending == Some((m, k)) || st.m == 0 {
+            st.m = m;
+            st.k = k;
+        }
+        *pending = Some((m, k));
+    }
+
+    fn new_id(&self) -> u64 {
+        let mut m = self.meta.lock();
+        let id = m.next_id;
+        m.next_id += 1;
+        id
+    }
+
+    fn run_options(&self, purpose: Purpose) -> RunOptions {
+        RunOptions {
+            bloom_bits_per_key: self.params.bloom_bits_per_key,
+            purpose,
+            // Chunks no larger than a region, so that the pages that do not fit a region fit
+            // the space freed regions leave.
+            extent_pages: self.region_pages().clamp(8, 64),
+        }
+    }
+
+    /// Pages of a new node's region: half of `C_t` (the paper's average node) with room for
+    /// the page overhead and the metadata of a few sequences. A node that grows past it
+    /// continues in allocated extents (P18 (a)); a region of the whole `C_t` left most of the
+    /// data file's address space unwritten holes.
+    fn region_pages(&self) -> u64 {
+        (self.node_bytes / 2 + self.node_bytes / 8).div_ceil(PAGE_SIZE as u64) + 4
+    }
+
+    fn count_written(&self, d: usize, run: &Run) {
+        let bytes = run.meta().pages() * PAGE_SIZE as u64;
+        if let Some(w) = self.written.get(d.min(MAX_LEVELS - 1)) {
+            w.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    // ---- choosing the next step ----
+
+    /// The next step (§3.2 with P9): grow, combines top-down, the memtable flush once its L1
+    /// children are not full, then full internal nodes deepest first (split at `2t`
+    /// children).
+    fn choose(&self, v: &Version) -> Step {
+        let mem = self
+            .queue
+            .lock()
+            .front()
+            .map(|(_, lo, hi)| (lo.clone(), hi.clone()));
+        let n = v.levels.len();
+        if n == 0 {
+            return if mem.is_some() {
+                Step::FlushMem
+            } else {
+                Step::Idle
+            };
+        }
+        if v.levels[n - 1].len() as u64 >= self.threshold(n) {
+            return Step::Grow;
+        }
+        for d in 0..n - 1 {
+            if v.levels[d].len() as u64 > self.threshold(d + 1) {
+                if let Some(i) = self.combine_candidate(v, d) {
+                    if self.children_ready(v, d, &v.levels[d][i]) {
+                        return Step::Combine { d, i };
+                    }
+                }
+            }
+        }
+        if let Some((lo, hi)) = mem {
+            let ready = n == 1
+                || v.levels[0][v.overlapping(0, &lo, &hi)]
+                    .iter()
+                    .all(|c| !self.is_full(c));
+            if ready {
+                return Step::FlushMem;
+            }
+        }
+        for d in (0..n - 1).rev() {
+            for (i, p) in v.levels[d].iter().enumerate() {
+                if !self.is_full(p) {
+                    continue;
+                }
+                let children = v.overlapping(d + 1, &p.lo, &p.hi).len() as u64;
+                if children >= 2 * self.t() {
+                    return Step::Split { d, i };
+                }
+                if self.children_ready(v, d, p) {
+                    return Step::Flush { d, i };
+                }
+            }
+        }
+        Step::Idle
+    }
+
+    /// A flush of `p` (level `d`) may run: its children are leaves or none is full (§3.4
+    /// precondition 2).
+    fn children_ready(&self, v: &Version, d: usize, p: &Node) -> bool {
+        d + 2 >= v.levels.len()
+            || v.levels[d + 1][v.overlapping(d + 1, &p.lo, &p.hi)]
+                .iter()
+                .all(|c| !self.is_full(c))
+    }
+
+    fn combine_candidate(&self, v: &Version, d: usize) -> Option<usize> {
+        let nodes = &v.levels[d];
+        let n = nodes.len();
+        let mut t_cn = Vec::with_capacity(n);
+        let mut own = Vec::with_capacity(n);
+        let mut bytes = Vec::with_capacity(n);
+        for i in 0..n {
+            let a = &nodes[i.saturating_sub(1)];
+            let b = &nodes[(i + 1).min(n - 1)];
+            t_cn.push(v.overlapping(d + 1, &a.lo, &b.hi).len());
+            own.push(v.overlapping(d + 1, &nodes[i].lo, &nodes[i].hi).len());
+            bytes.push(nodes[i].data_bytes());
+        }
+        policy::combine_candidate(&t_cn, &own, &bytes, self.params.fanout.max(2))
+    }
+
+    /// Internal work units: queued memtables and full internal nodes, in bytes.
+    fn pending_bytes(&self, v: &Version) -> u64 {
+        let n = v.levels.len();
+        let mut debt = 0u64;
+        for level in v.levels.iter().take(n.saturating_sub(1)) {
+            for p in level {
+                if self.is_full(p) {
+                    debt += p.data_bytes();
+                }
+            }
+        }
+        debt
+    }
+
+    // ---- steps ----
+
+    fn step(&self) -> Result<u64> {
+        let _g = self.work_lock.lock();
+        let v = self.version();
+        self.update_mk(&v);
+        match self.choose(&v) {
+            Step::Idle => Ok(0),
+            Step::Grow => {
+                let mut next = (*v).clone();
+                next.levels.push(Vec::new());
+                self.commit(&v, next, None, &Built::default())?;
+                self.counters.grows.fetch_add(1, Ordering::Relaxed);
+                Ok(1)
+            }
+            Step::FlushMem => self.flush_mem(&v),
+            Step::Flush { d, i } => self.flush_node(&v, d, i, false),
+            Step::Combine { d, i } => {
+                let r = self.flush_node(&v, d, i, true)?;
+                self.counters.combines.fetch_add(1, Ordering::Relaxed);
+                Ok(r)
+            }
+            Step::Split { d, i } => self.split(&v, d, i),
+        }
+    }
+
+    /// Writes `input` into new nodes: one when `piece` is `None`, else a new node each time
+    /// one holds `piece` user bytes, cut only between user keys (correction 5). Nothing comes
+    /// back for an empty input.
+    fn write_nodes(
+        &self,
+        input: impl Iterator<Item = Result<Entry>>,
+        piece: Option<u64>,
+        purpose: Purpose,
+        built: &mut Built,
+    ) -> Result<Vec<Written>> {
+        let store = &self.ctx.store;
+        let mut out = Vec::new();
+        let mut cur: Option<Open> = None;
+        for e in input {
+            let e = e?;
+            let full = cur.as_ref().is_some_and(|(_, _, _, last, bytes)| {
+                piece.is_some_and(|p| *bytes >= p) && last.as_slice() != &*e.key
+            });
+            if full {
+                if let Some(c) = cur.take() {
+                    out.push(self.finish_written(c, built)?);
+                }
+            }
+            let c = match &mut cur {
+                Some(c) => c,
+                None => {
+                    let extent = store.alloc().alloc(self.region_pages());
+                    let file = NodeFile::new(extent, store.clone());
+                    built.files.push(file.clone());
+                    let b = RunBuilder::in_region(
+                        store.clone(),
+                        self.run_options(purpose),
+                        Region::new(extent),
+                    );
+                    cur.insert((file, b, e.key.to_vec(), Vec::new(), 0))
+                }
+            };
+            c.1.add(&e)?;
+            c.4 += e.user_bytes() as u64;
+            if c.3.as_slice() != &*e.key {
+                c.3 = e.key.to_vec();
+            }
+        }
+        if let Some(c) = cur.take() {
+            out.push(self.finish_written(c, built)?);
+        }
+        Ok(out)
+    }
+
+    fn finish_written(
+        &self,
+        (file, b, first, last, _): Open,
+        built: &mut Built,
+    ) -> Result<Written> {
+        let (run, region) = Run::from_builder_in_region(b)?;
+        let region = region.ok_or_else(|| Error::InvalidOption("iam: region lost".into()))?;
+        let seq = Seq::from_run(run, file.clone());
+        built.seqs.push(seq.clone());
+        Ok(Written {
+            file,
+            region,
+            seq,
+            first,
+            last,
+        })
+    }
+
+    /// A written node as a node of the tree, its range widened to `[lo, hi]`.
+    fn node_of(&self, w: Written, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Node {
+        let lo = match lo {
+            Some(l) if l < w.first.as_slice() => l.to_vec(),
+            _ => w.first,
+        };
+        let hi = match hi {
+            Some(h) if h > w.last.as_slice() => h.to_vec(),
+            _ => w.last,
+        };
+        Node {
+            id: self.new_id(),
+            lo,
+            hi,
+            region: Some(w.region),
+            file: Some(w.file),
+            seqs: vec![w.seq],
+            bound: 1,
+        }
+    }
+
+    /// Flushes the oldest queued memtable into L1 (the flush of `L_0`, §3.4).
+    fn flush_mem(&self, v: &Arc<Version>) -> Result<u64> {
+        let Some((mem, lo, hi)) = self.queue.lock().front().cloned() else {
+            return Ok(0);
+        };
+        let snapshots = self.ctx.snapshots.list();
+        let stream = Compactor::new(
+            mem.entries().map(Ok),
+            snapshots,
+            false,
+            self.ctx.merge_op.clone(),
+        );
+        let mut built = Built::default();
+        let r = self.flush_mem_into(v, stream, &lo, &hi, &mut built);
+        let (next, bytes) = match r {
+            Ok(x) => x,
+            Err(e) => {
+                built.abandon();
+                return Err(e);
+            }
+        };
+        self.commit(v, next, Some(mem.max_seq()), &built)?;
+        {
+            let mut q = self.queue.lock();
+            if q.front().is_some_and(|(m, _, _)| Arc::ptr_eq(m, &mem)) {
+                q.pop_front();
+            }
+        }
+        self.counters
+            .memtable_flushes
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(bytes.max(1))
+    }
+
+    fn flush_mem_into(
+        &self,
+        v: &Version,
+        stream: impl Iterator<Item = Result<Entry>>,
+        lo: &[u8],
+        hi: &[u8],
+        built: &mut Built,
+    ) -> Result<(Version, u64)> {
+        let mut next = v.clone();
+        if next.levels.is_empty() {
+            next.levels.push(Vec::new());
+        }
+        let children = next.overlapping(0, lo, hi);
+        if children.is_empty() {
+            // No children: the memtable becomes a node of L1 (§3.3, `Ch = ∅`).
+            let nodes = self.write_nodes(stream, None, Purpose::Flush, built)?;
+            let mut bytes = 0;
+            let at = children.start;
+            for (j, w) in nodes.into_iter().enumerate() {
+                let run = w.seq.open()?.clone();
+                self.count_written(0, &run);
+                bytes += run.meta().pages() * PAGE_SIZE as u64;
+                let mut node = self.node_of(w, Some(lo), Some(hi));
+                node.bound = 0;
+                next.levels[0].insert(at + j, Arc::new(node));
+            }
+            return Ok((next, bytes));
+        }
+        let bytes = self.flush_into(&mut next, 0, children, stream, lo, hi, built)?;
+        Ok((next, bytes))
+    }
+
+    /// Flushes node `i` of level `d` into its children (§3.4), or, for a combine, flushes it
+    /// and removes it (§3.7).
+    fn flush_node(&self, v: &Arc<Version>, d: usize, i: usize, combine: bool) -> Result<u64> {
+        let p = v.levels[d][i].clone();
+        let mut next = (**v).clone();
+        let children = next.overlapping(d + 1, &p.lo, &p.hi);
+        let mut built = Built::default();
+        let mut bytes = 0;
+        if p.seqs.is_empty() {
+            // An empty node: a combine drops it, nothing else to do.
+        } else if children.is_empty() {
+            // Move by metadata (correction 1): the node goes down whole, P stays as an empty
+            // node with its range (a combine removes it).
+            let mut moved = (*p).clone();
+            moved.bound = 0;
+            next.levels[d + 1].insert(children.start, Arc::new(moved));
+            self.counters.moves.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let snapshots = self.ctx.snapshots.list();
+            let stream = Compactor::new(
+                node_iter(
+                    &p,
+                    &Bound::Unbounded,
+                    &Bound::Unbounded,
+                    false,
+                    Purpose::Merge,
+                )?,
+                snapshots,
+                false,
+                self.ctx.merge_op.clone(),
+            );
+            match self.flush_into(&mut next, d + 1, children, stream, &p.lo, &p.hi, &mut built) {
+                Ok(b) => bytes = b,
+                Err(e) => {
+                    built.abandon();
+                    return Err(e);
+                }
+            }
+            self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        if combine {
+            next.levels[d].remove(i);
+        } else {
+            next.levels[d][i] = Arc::new(Node::empty(self.new_id(), p.lo.clone(), p.hi.clone()));
+        }
+        self.commit(v, next, None, &built)?;
+        Ok(bytes.max(1))
+    }
+
+    /// Partitions `stream` (keys within `[lo, hi]`) among the nodes `children` of level `d`
+    /// of `next` and applies each child's action; replaces the children in `next`. Returns
+    /// the bytes written.
+    #[allow(clippy::too_many_arguments)]
+    fn flush_into(
+        &self,
+        next: &mut Version,
+        d: usize,
+        children: std::ops::Range<usize>,
+        stream: impl Iterator<Item = Result<Entry>>,
+        lo: &[u8],
+        hi: &[u8],
+        built: &mut Built,
+    ) -> Result<u64> {
+        let n = next.levels.len();
+        let leaf = d + 1 == n;
+        let ch: Vec<Arc<Node>> = next.levels[d][children.clone()].to_vec();
+        // Cuts between adjacent children (P4 for leaves, P5 for internal children).
+        let mut cuts: Vec<Vec<u8>> = Vec::with_capacity(ch.len().saturating_sub(1));
+        for w in ch.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            if leaf {
+                cuts.push(policy::middle_key(&a.hi, &b.lo));
+            } else {
+                let ca = next.overlapping(d + 1, &a.lo, &a.hi).len();
+                let cb = next.overlapping(d + 1, &b.lo, &b.hi).len();
+                let gap = next.levels[d + 1]
+                    .iter()
+                    .filter(|g| g.lo > a.hi && g.hi < b.lo)
+                    .map(|g| g.lo.as_slice())
+                    .collect::<Vec<_>>();
+                cuts.push(policy::cut_between(&a.hi, &b.lo, ca, cb, &gap));
+            }
+        }
+        let (m, k) = self.mk();
+        let mut src = stream.peekable();
+        let mut replaced: Vec<Vec<Arc<Node>>> = Vec::with_capacity(ch.len());
+        let mut bytes = 0u64;
+        for (j, c) in ch.iter().enumerate() {
+            let cut = cuts.get(j).map(|c| c.as_slice());
+            let has_data = match src.peek() {
+                None => false,
+                Some(Err(_)) => true,
+                Some(Ok(e)) => cut.is_none_or(|c| &*e.key < c),
+            };
+            if !has_data {
+                replaced.push(vec![c.clone()]);
+                continue;
+            }
+            // The widest range this child's part may cover (for the tombstone rule).
+            let part_lo = if j == 0 { lo } else { cuts[j - 1].as_slice() };
+            let part_hi = cut.unwrap_or(hi);
+            let leaf_full = leaf && self.is_full(c);
+            let action = policy::action(d + 1, m, k, c.seqs.len(), leaf_full);
+            let part = Part {
+                src: &mut src,
+                cut,
+                first: None,
+                last: None,
+            };
+            let (nodes, b) = self.receive(next, d, c, part, action, (part_lo, part_hi), built)?;
+            bytes += b;
+            replaced.push(nodes);
+        }
+        // The last child's part has no cut, so the stream must be exhausted.
+        if let Some(r) = src.next() {
+            r?;
+            return Err(Error::InvalidOption(
+                "iam: flush stream left entries no child took".into(),
+            ));
+        }
+        let new: Vec<Arc<Node>> = replaced.into_iter().flatten().collect();
+        next.levels[d].splice(children, new);
+        Ok(bytes)
+    }
+
+    /// Writes one child's part by `action`; returns the nodes that replace the child.
+    #[allow(clippy::too_many_arguments)]
+    fn receive<I: Iterator<Item = Result<Entry>>>(
+        &self,
+        v: &Version,
+        d: usize,
+        c: &Arc<Node>,
+        mut part: Part<'_, I>,
+        action: Action,
+        (part_lo, part_hi): (&[u8], &[u8]),
+        built: &mut Built,
+    ) -> Result<(Vec<Arc<Node>>, u64)> {
+        let (m, k) = self.mk();
+        let bound = policy::bound_after(d + 1, m, k, action);
+        let purpose = Purpose::Merge;
+        if action == Action::Append {
+            let store = &self.ctx.store;
+            let (file, region) = match (&c.file, c.region) {
+                (Some(f), Some(r)) => (f.clone(), r),
+                _ => {
+                    let extent = store.alloc().alloc(self.region_pages());
+                    let f = NodeFile::new(extent, store.clone());
+                    built.files.push(f.clone());
+                    (f, Region::new(extent))
+                }
+            };
+            let mut b = RunBuilder::in_region(store.clone(), self.run_options(purpose), region);
+            for e in &mut part {
+                b.add(&e?)?;
+            }
+            let (run, region) = Run::from_builder_in_region(b)?;
+            let region = region.ok_or_else(|| Error::InvalidOption("iam: region lost".into()))?;
+            self.count_written(d, &run);
+            let bytes = run.meta().pages() * PAGE_SIZE as u64;
+            let seq = Seq::from_run(run, file.clone());
+            built.seqs.push(seq.clone());
+            let mut node = (**c).clone();
+            if c.seqs.is_empty() {
+                node.id = self.new_id();
+            }
+            if let Some(f) = &part.first {
+                if **f < *node.lo {
+                    node.lo = f.to_vec();
+                }
+            }
+            if let Some(l) = &part.last {
+                if **l > *node.hi {
+                    node.hi = l.to_vec();
+                }
+            }
+            node.seqs.insert(0, seq);
+            node.region = Some(region);
+            node.file = Some(file);
+            node.bound = bound;
+            self.counters.appends.fetch_add(1, Ordering::Relaxed);
+            return Ok((vec![Arc::new(node)], bytes));
+        }
+        // Merge (one sequence) or merge-and-split of a full leaf (§3.3, P13).
+        let bottom = !v.below_overlaps(d, part_lo.min(&c.lo), part_hi.max(&c.hi));
+        let old = node_iter(
+            c,
+            &Bound::Unbounded,
+            &Bound::Unbounded,
+            false,
+            Purpose::Merge,
+        )?;
+        let snapshots = self.ctx.snapshots.list();
+        let leaf = d + 1 == v.levels.len();
+        let piece = match action {
+            Action::MergeSplit => Some(self.leaf_target()),
+            _ if leaf => Some(self.node_bytes),
+            _ => None,
+        };
+        let (lo_seen, hi_seen);
+        let nodes = {
+            let merged = Compactor::new(
+                Merge2 {
+                    a: (&mut part).peekable(),
+                    b: old.peekable(),
+                },
+                snapshots,
+                bottom,
+                self.ctx.merge_op.clone(),
+            );
+            self.write_nodes(merged, piece, purpose, built)?
+        };
+        lo_seen = part.first.as_deref().map_or(c.lo.clone(), |f| {
+            if *f < *c.lo {
+                f.to_vec()
+            } else {
+                c.lo.clone()
+            }
+        });
+        hi_seen = part.last.as_deref().map_or(c.hi.clone(), |l| {
+            if *l > *c.hi {
+                l.to_vec()
+            } else {
+                c.hi.clone()
+            }
+        });
+        let mut bytes = 0;
+        let count = nodes.len();
+        let mut out = Vec::with_capacity(count.max(1));
+        for (j, w) in nodes.into_iter().enumerate() {
+            let run = w.seq.open()?.clone();
+            self.count_written(d, &run);
+            bytes += run.meta().pages() * PAGE_SIZE as u64;
+            let lo = (j == 0).then_some(lo_seen.as_slice());
+            let hi = (j + 1 == count).then_some(hi_seen.as_slice());
+            let mut node = self.node_of(w, lo, hi);
+            node.bound = bound;
+            out.push(Arc::new(node));
+        }
+        if out.is_empty() {
+            // Everything compacted away: the child stays as an empty node over its range.
+            out.push(Arc::new(Node::empty(self.new_id(), lo_seen, hi_seen)));
+        }
+        if count > 1 {
+            self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters.merges.fetch_add(1, Ordering::Relaxed);
+        Ok((out, bytes))
+    }
+
+    /// Splits full node `i` of level `d`, which has `2t` or more children, into two (§3.6 with
+    /// correction 6): all its sequences merged into one stream, cut at the first key of the
+    /// right half's first child, each half one sequence, ranges clipped to P's.
+    fn split(&self, v: &Arc<Version>, d: usize, i: usize) -> Result<u64> {
+        let p = v.levels[d][i].clone();
+        let ch = &v.levels[d + 1][v.overlapping(d + 1, &p.lo, &p.hi)];
+        let half = ch.len() / 2;
+        let cut = ch[half].lo.clone();
+        let (left_lo, left_hi) = (ch[0].lo.clone(), ch[half - 1].hi.clone());
+        let (right_lo, right_hi) = (ch[half].lo.clone(), ch[ch.len() - 1].hi.clone());
+        let mut built = Built::default();
+        let r = (|| -> Result<(Vec<Arc<Node>>, u64)> {
+            let snapshots = self.ctx.snapshots.list();
+            let stream = Compactor::new(
+                node_iter(
+                    &p,
+                    &Bound::Unbounded,
+                    &Bound::Unbounded,
+                    false,
+                    Purpose::Merge,
+                )?,
+                snapshots,
+                false,
+                self.ctx.merge_op.clone(),
+            );
+            let mut src = stream.peekable();
+            let mut out = Vec::new();
+            let mut bytes = 0;
+            let clip = |lo: Vec<u8>, hi: Vec<u8>| -> (Vec<u8>, Vec<u8>) {
+                (lo.max(p.lo.clone()), hi.min(p.hi.clone()))
+            };
+            for (cut, (clo, chi)) in [
+                (Some(cut.as_slice()), (left_lo, left_hi)),
+                (None, (right_lo, right_hi)),
+            ] {
+                let mut part = Part {
+                    src: &mut src,
+                    cut,
+                    first: None,
+                    last: None,
+                };
+                let nodes = self.write_nodes(&mut part, None, Purpose::Merge, &mut built)?;
+                let lo = match &part.first {
+                    Some(f) if **f < *clo => f.to_vec(),
+                    _ => clo,
+                };
+                let hi = match &part.last {
+                    Some(l) if **l > *chi => l.to_vec(),
+                    _ => chi,
+                };
+                let (lo, hi) = clip(lo, hi);
+                match nodes.into_iter().next() {
+                    Some(w) => {
+                        let run = w.seq.open()?.clone();
+                        self.count_written(d, &run);
+                        bytes += run.meta().pages() * PAGE_SIZE as u64;
+                        let mut node = self.node_of(w, Some(&lo), Some(&hi));
+                        node.lo = lo;
+                        node.hi = hi;
+                        node.bound = 0;
+                        out.push(Arc::new(node));
+                    }
+                    None => out.push(Arc::new(Node::empty(self.new_id(), lo, hi))),
+                }
+            }
+            Ok((out, bytes))
+        })();
+        let (halves, bytes) = match r {
+            Ok(x) => x,
+            Err(e) => {
+                built.abandon();
+                return Err(e);
+            }
+        };
+        let mut next = (**v).clone();
+        next.levels[d].splice(i..=i, halves);
+        self.commit(v, next, None, &built)?;
+        self.counters.splits.fetch_add(1, Ordering::Relaxed);
+        Ok(bytes.max(1))
+    }
+
+    /// Makes `next` durable (store sync, manifest commit) and publishes it. Extents of files
+    /// and sequences `next` names and `old` does not are added, those `old` names and `next`
+    /// does not are freed (released once no version holds them).
+    fn commit(
+        &self,
+        old: &Version,
+        next: Version,
+        durable_seq: Option<u64>,
+        built: &Built,
+    ) -> Result<()> {
+        let gather = |v: &Version| {
+            let mut files: HashMap<usize, Arc<NodeFile>> = HashMap::new();
+            let mut seqs: HashMap<usize, Arc<Seq>> = HashMap::new();
+            for n in v.levels.iter().flatten() {
+                if let Some(f) = &n.file {
+                    files.insert(Arc::as_ptr(f) as usize, f.clone());
+                }
+                for s in &n.seqs {
+                    seqs.insert(Arc::as_ptr(s) as usize, s.clone());
+                }
+            }
+            (files, seqs)
+        };
+        let (old_files, old_seqs) = gather(old);
+        let (new_files, new_seqs) = gather(&next);
+        let mut added: Vec<Extent> = Vec::new();
+        let mut freed: Vec<Extent> = Vec::new();
+        for (p, f) in &new_files {
+            if !old_files.contains_key(p) {
+                added.push(f.extent);
+            }
+        }
+        for (p, s) in &new_seqs {
+            if !old_seqs.contains_key(p) {
+                added.extend(s.overflow());
+            }
+        }
+        let gone_files: Vec<&Arc<NodeFile>> = old_files
+            .iter()
+            .filter(|(p, _)| !new_files.contains_key(p))
+            .map(|(_, f)| f)
+            .collect();
+        let gone_seqs: Vec<&Arc<Seq>> = old_seqs
+            .iter()
+            .filter(|(p, _)| !new_seqs.contains_key(p))
+            .map(|(_, s)| s)
+            .collect();
+        for f in &gone_files {
+            freed.push(f.extent);
+        }
+        for s in &gone_seqs {
+            freed.extend(s.overflow());
+        }
+        // Built but not kept (a part that compacted away): released now.
+        let unused = Built {
+            files: built
+                .files
+                .iter()
+                .filter(|f| !new_files.contains_key(&(Arc::as_ptr(f) as usize)))
+                .cloned()
+                .collect(),
+            seqs: built
+                .seqs
+                .iter()
+                .filter(|s| !new_seqs.contains_key(&(Arc::as_ptr(s) as usize)))
+                .cloned()
+                .collect(),
+        };
+        if let Err(e) = self.ctx.store.sync() {
+            built.abandon();
+            return Err(e);
+        }
+        let state = *self.meta.lock();
+        let durable_seq = durable_seq.unwrap_or_else(|| self.durable.load(Ordering::Acquire));
+        self.ctx.manifest.commit(Commit {
+            index_meta: encode_meta(&next, &state),
+            durable_seq,
+            added,
+            freed,
+        })?;
+        unused.abandon();
+        self.full_debt
+            .store(self.pending_bytes(&next), Ordering::Relaxed);
+        *self.current.write() = Arc::new(next);
+        for f in gone_files {
+            f.mark_obsolete();
+        }
+        for s in gone_seqs {
+            s.mark_obsolete();
+        }
+        self.durable.store(durable_seq, Ordering::Release);
+        Ok(())
+    }
+
+    /// Verifies one node: its sequences' runs, ranges and per-key order (newest sequence
+    /// first, invariant 6), its region cursors and its sequence bound (correction 8).
+    fn check_node(&self, d: usize, n: &Node) -> Result<u64> {
+        let bad = |s: String| {
+            Error::corruption(self.name(), None, format!("L{} node {}: {s}", d + 1, n.id))
+        };
+        if n.lo > n.hi {
+            return Err(bad("range ends before it starts".into()));
+        }
+        if n.bound > 0 && n.seqs.len() > n.bound as usize {
+            return Err(bad(format!(
+                "{} sequences, bound {} since its last flush",
+                n.seqs.len(),
+                n.bound
+            )));
+        }
+        let mut total = 0;
+        let mut newest: HashMap<Vec<u8>, u64> = HashMap::new();
+        for (j, s) in n.seqs.iter().enumerate() {
+            let run = s.open()?;
+            let got = run.check()?;
+            total += got;
+            let m = s.meta();
+            if got > 0 && (m.min_key < n.lo || m.max_key > n.hi) {
+                return Err(bad(format!(
+                    "sequence {j} holds keys outside the node's range"
+                )));
+            }
+            if let Some(r) = &n.region {
+                for e in &m.extents {
+                    let in_hole = r.front < r.back && e.start < r.back && e.end() > r.front;
+                    if r.holds(e) && in_hole {
+                        return Err(bad(format!("sequence {j} extent {e:?} lies in the hole")));
+                    }
+                }
+            }
+            let mut seen: HashMap<Vec<u8>, u64> = HashMap::new();
+            for e in run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge) {
+                let e = e?;
+                if let Some(&newer) = newest.get(&*e.key) {
+                    if e.seq >= newer {
+                        return Err(bad(format!(
+                            "sequence {j} holds a version (seq {}) not older than a newer sequence's ({newer})",
+                            e.seq
+                        )));
+                    }
+                }
+                let slot = seen.entry(e.key.to_vec()).or_insert(u64::MAX);
+                *slot = (*slot).min(e.seq);
+            }
+            for (k, s) in seen {
+                let slot = newest.entry(k).or_insert(u64::MAX);
+                *slot = (*slot).min(s);
+            }
+        }
+        Ok(total)
+    }
+
+    fn level_class(&self, d: usize) -> Class {
+        let (m, _) = self.mk();
+        policy::class_of(d + 1, m)
+    }
+}
+
+impl Index for Iam {
+    fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
+        self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
+        if mem.is_empty() {
+            return Ok(());
+        }
+        let mut it = mem.entries();
+        let lo = it.next().map(|e| e.key.to_vec()).unwrap_or_default();
+        let hi = it.last().map_or(lo.clone(), |e| e.key.to_vec());
+        self.queue.lock().push_back((mem, lo, hi));
+        Ok(())
+    }
+
+    /// Bytes of queued memtables plus the data of full internal nodes, which must be flushed
+    /// before the next memtable can find L1 ready.
+    fn debt(&self) -> u64 {
+        let q: u64 = self
+            .queue
+            .lock()
+            .iter()
+            .map(|(m, _, _)| m.bytes().max(1))
+            .sum();
+        q + self.full_debt.load(Ordering::Relaxed)
+    }
+
+    fn background_work(&self) -> bool {
+        self.debt() > 0 || self.choose(&self.version()) != Step::Idle
+    }
+
+    /// Does steps until about `budget` bytes were written or nothing is left; a step is one
+    /// whole flush, split, combine or move (each bounded by about `C_t`, the node capacity).
+    fn work(&self, budget: u64) -> Result<u64> {
+        let mut done = 0u64;
+        loop {
+            let n = self.step()?;
+            if n == 0 {
+                return Ok(done);
+            }
+            done += n;
+            if done >= budget.max(1) {
+                return Ok(done);
+            }
+        }
+    }
+
+    fn durable_seq(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
+        let v = self.version();
+        let start = out.len();
+        let hash = crate::filter::hash64(key);
+        for level in &v.levels {
+            let i = level.partition_point(|n| n.hi.as_slice() < key);
+            let Some(n) = level.get(i) else { continue };
+            if n.lo.as_slice() > key {
+                continue;
+            }
+            // Newest sequence first, each behind its filter (§3.9).
+            for s in &n.seqs {
+                s.open()?.get_hashed(key, hash, seq, out)?;
+                if out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn iter(
+        &self,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> Result<Vec<EntryIter>> {
+        let v = self.version();
+        let mut out: Vec<EntryIter> = Vec::new();
+        for level in 0..v.levels.len() {
+            if let Some(it) = LevelIter::new(
+                v.clone(),
+                level,
+                lo.clone(),
+                hi.clone(),
+                reverse,
+                Purpose::UserRead,
+            ) {
+                out.push(Box::new(it));
+            }
+        }
+        Ok(out)
+    }
+
+    fn stats(&self) -> IndexStats {
+        let v = self.version();
+        let c = &self.counters;
+        let mut s = IndexStats {
+            kind: self.name().into(),
+            height: v.levels.len() as u64,
+            ..Default::default()
+        };
+        s.absorbs = c.absorbs.load(Ordering::Relaxed);
+        for (k, a) in [
+            ("memtable_flushes", &c.memtable_flushes),
+            ("flushes", &c.flushes),
+            ("appends", &c.appends),
+            ("merges", &c.merges),
+            ("leaf_splits", &c.leaf_splits),
+            ("moves", &c.moves),
+            ("splits", &c.splits),
+            ("combines", &c.combines),
+            ("grows", &c.grows),
+        ] {
+            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
+        }
+        let (m, k) = self.mk();
+        let n = v.levels.len();
+        if self.mode == Mode::Iam {
+            let shown = if m as usize > n { 0 } else { m };
+            s.counters.insert("m".into(), u64::from(shown));
+            s.counters.insert("k".into(), u64::from(k));
+            s.shape.push(if shown == 0 {
+                format!("m none (no mixed level: every level appends), k {k}")
+            } else {
+                format!("m {m} (mixed level L{m}), k {k}")
+            });
+        } else {
+            s.shape.push("m none (LSA: every level appends)".into());
+        }
+        s.shape.push(format!(
+            "C_t {} bytes, t {}, leaf pieces {} bytes",
+            self.node_bytes,
+            self.t(),
+            self.leaf_target()
+        ));
+        for (d, level) in v.levels.iter().enumerate() {
+            let seqs: Vec<usize> = level.iter().map(|n| n.seqs.len()).collect();
+            let empty = seqs.iter().filter(|&&x| x == 0).count();
+            let total: usize = seqs.iter().sum();
+            let max = seqs.iter().copied().max().unwrap_or(0);
+            let avg = if level.is_empty() {
+                0.0
+            } else {
+                total as f64 / level.len() as f64
+            };
+            let bytes: u64 = level.iter().map(|n| n.disk_bytes()).sum();
+            let written = self
+                .written
+                .get(d.min(MAX_LEVELS - 1))
+                .map_or(0, |w| w.load(Ordering::Relaxed));
+            let role = if d + 1 == n { ", leaf" } else { "" };
+            s.shape.push(format!(
+                "L{}: {} nodes ({empty} empty, threshold {}), sequences per node {avg:.1} (max {max}), {bytes} bytes, class {}{role}, written {written} bytes since open",
+                d + 1,
+                level.len(),
+                self.threshold(d + 1),
+                self.level_class(d).name(),
+            ));
+        }
+        s.counters.insert(
+            "nodes".into(),
+            v.levels.iter().map(|l| l.len() as u64).sum(),
+        );
+        for n in v.levels.iter().flatten() {
+            for q in &n.seqs {
+                s.entries += q.meta().entries;
+                s.filter_bytes += q.meta().filter_pages * PAGE_SIZE as u64;
+            }
+        }
+        s
+    }
+
+    fn check(&self) -> Result<u64> {
+        let v = self.version();
+        let bad = |d: String| Error::corruption(self.name(), None, d);
+        let mut total = 0;
+        let mut extents: Vec<Extent> = Vec::new();
+        let mut files: HashSet<usize> = HashSet::new();
+        for (d, level) in v.levels.iter().enumerate() {
+            for (i, n) in level.iter().enumerate() {
+                if i > 0 && level[i - 1].hi >= n.lo {
+                    return Err(bad(format!(
+                        "L{}: nodes {} and {} overlap or are out of order",
+                        d + 1,
+                        level[i - 1].id,
+                        n.id
+                    )));
+                }
+                total += self.check_node(d, n)?;
+                if let Some(f) = &n.file {
+                    if !files.insert(Arc::as_ptr(f) as usize) {
+                        return Err(bad(format!("node {}'s file is named twice", n.id)));
+                    }
+                    extents.push(f.extent);
+                }
+                for s in &n.seqs {
+                    extents.extend(s.overflow());
+                }
+            }
+        }
+        extents.sort();
+        for w in extents.windows(2) {
+            if w[0].end() > w[1].start {
+                return Err(bad(format!("extents {:?} and {:?} overlap", w[0], w[1])));
+            }
+        }
+        Ok(total)
+    }
+}
