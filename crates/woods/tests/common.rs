@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams};
+use woods::{
+    BTreeParams, FdTreeParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options,
+    StbeParams,
+};
 
 /// Appends operands to the value: the suite's merge operator.
 pub struct Append;
@@ -39,6 +42,17 @@ pub fn kinds() -> Vec<IndexKind> {
             dead_percent: 25,
             node_bytes: 128 << 10,
             ..StbeParams::default()
+        }),
+        // k = 3 over the suite's 64 KiB memtable (|L0| = 819 entries): cascades to L2 and L3
+        // and new levels within a few hundred kilobytes.
+        IndexKind::FdTree(FdTreeParams {
+            ratio: 3,
+            ..FdTreeParams::default()
+        }),
+        IndexKind::FdTree(FdTreeParams {
+            ratio: 3,
+            deamortized: true,
+            ..FdTreeParams::default()
         }),
     ]
 }

@@ -315,6 +315,7 @@ fn model_test(kind: IndexKind) {
             "root_splits",
             "merges",
         ],
+        "fdtree" | "fdtree-d" => &["merges", "levels_added", "cascades_ending_at_L2"],
         _ => &[],
     };
     for r in required {
@@ -1138,7 +1139,7 @@ macro_rules! suite {
     )*};
 }
 
-suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe");
+suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe", fdtree: "fdtree", fdtree_d: "fdtree-d");
 
 /// The child side of the process-crash test: writes records in order and reports each
 /// acknowledgement (and whether background work was in flight) on stdout until killed.

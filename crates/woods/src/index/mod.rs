@@ -6,6 +6,7 @@
 
 pub mod btree;
 pub mod committer;
+pub mod fdtree;
 pub mod lsm;
 pub mod nbtree;
 pub mod stbe;
@@ -189,5 +190,6 @@ pub fn open_index(
         IndexKind::Lsm(p) => Arc::new(lsm::Lsm::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::NbTree(p) => Arc::new(nbtree::NbTree::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Stbe(p) => Arc::new(stbe::Stbe::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::FdTree(p) => Arc::new(fdtree::FdTree::open(ctx, p.clone(), meta, durable_seq)?),
     })
 }
