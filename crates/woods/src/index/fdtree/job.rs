@@ -174,6 +174,8 @@ pub struct Job {
     pub total: u64,
     pub done: u64,
     stage: Stage,
+    /// Pages the builders allocate and write at a time.
+    chunk: u64,
     /// Levels built, `L_j` first, then `L_{j-1}`, ... up to `L1`.
     pub built: Vec<Arc<Level>>,
     /// The page list of the level built last (page 0's key empty): the next level's fences.
@@ -181,14 +183,14 @@ pub struct Job {
     store: Arc<PageFile>,
 }
 
-fn builder(store: &Arc<PageFile>, fenced: bool) -> RunBuilder {
+fn builder(store: &Arc<PageFile>, fenced: bool, chunk: u64) -> RunBuilder {
     let mut b = RunBuilder::new(
         store.clone(),
         RunOptions {
             // The paper's FD-tree has no filters: a miss reads one page per level (§8 test 12).
             bloom_bits_per_key: 0,
             purpose: Purpose::Merge,
-            extent_pages: 64,
+            extent_pages: chunk,
         },
     );
     if fenced {
@@ -208,6 +210,7 @@ impl Job {
         l0: u64,
         snapshots: Vec<u64>,
         merge_op: Option<Arc<dyn crate::options::MergeOperator>>,
+        chunk: u64,
     ) -> Job {
         let sizes: Vec<LevelSize> = base
             .levels
@@ -248,8 +251,9 @@ impl Job {
                 input: Box::new(input),
                 fences,
                 group: Vec::new(),
-                out: builder(store, !bottom),
+                out: builder(store, !bottom, chunk),
             },
+            chunk,
             built: Vec::new(),
             pages: Vec::new(),
             store: store.clone(),
@@ -278,9 +282,9 @@ impl Job {
         while left > 0 && !self.ready() {
             let before = self.done;
             self.advance(left)?;
-            left = left.saturating_sub((self.done - before).max(1));
+            left = left.saturating_sub(self.done.saturating_sub(before).max(1));
         }
-        Ok(self.done - start)
+        Ok(self.done.saturating_sub(start))
     }
 
     fn advance(&mut self, budget: u64) -> Result<()> {
@@ -319,7 +323,7 @@ impl Job {
                         out.add(&e)?;
                     }
                 }
-                self.done += used;
+                self.done = self.done.saturating_add(used);
                 if end {
                     // The inputs are read to their ends: every fence is queued.
                     let rest: Vec<HeadFence> = fences.lock().drain(..).collect();
@@ -357,7 +361,7 @@ impl Job {
                     used += k.len() as u64 + ITEM_UNITS;
                     pos += 1;
                 }
-                self.done += used;
+                self.done = self.done.saturating_add(used);
                 if pos < self.pages.len() {
                     Stage::Fences { level, pos, out }
                 } else {
@@ -366,7 +370,9 @@ impl Job {
             }
             Stage::Finish { level, mut out } => {
                 let finished = out.finish_step(budget)?;
-                self.done += budget.min(PAGE_SIZE as u64 * 4);
+                // At most one run is finished per step: finishing writes the run's last chunk,
+                // its index pages and its header, and waits for its writes.
+                self.done = self.done.saturating_add(budget);
                 if !finished {
                     Stage::Finish { level, out }
                 } else {
@@ -384,7 +390,7 @@ impl Job {
                         Stage::Fences {
                             level: level - 1,
                             pos: 0,
-                            out: builder(&self.store, true),
+                            out: builder(&self.store, true, self.chunk),
                         }
                     }
                 }
