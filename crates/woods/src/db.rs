@@ -350,9 +350,11 @@ pub(crate) fn open_parts(
     file.read_exact_at(&mut hdr, 0)?;
     check_header(&hdr)?;
     let alloc = Allocator::from_allocated(1, &state.allocated);
-    // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache.
+    // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache. The FD-tree
+    // follows fences a page per level (specs/fdtree.md §4.1): a cached row of one level would
+    // not give the page to read in the next, so it has none either.
     let row_bytes = match config.index {
-        crate::IndexKind::BTree(_) => 0,
+        crate::IndexKind::BTree(_) | crate::IndexKind::FdTree(_) => 0,
         _ => opts.row_cache_bytes,
     };
     let store = Arc::new(PageFile::new(

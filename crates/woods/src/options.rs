@@ -547,7 +547,7 @@ pub struct Options {
     /// immutable run; the pages make room for what it holds). Default 0: no row cache (under
     /// YCSB's zipfian it did not measurably reduce device reads here: docs/engine.md). At most
     /// half of `cache_bytes`. The `btree` kind, whose pages are rewritten in place of a run,
-    /// does not use it.
+    /// and the `fdtree` kinds, whose searches follow fences a page per level, do not use it.
     pub row_cache_bytes: u64,
     /// Bytes of one memtable (default 16 MiB). Two may exist at once (active and frozen).
     pub memtable_bytes: u64,

@@ -34,7 +34,7 @@ fn walk(v: &Version, i: usize) -> Result<Walk> {
     };
     let mut last_entry_key: Option<Vec<u8>> = None;
     let mut last_ext: Option<u64> = None;
-    for node in level.run.data_pages(Purpose::Merge) {
+    for node in level.run()?.data_pages(Purpose::Merge) {
         let node = node?;
         let page = Some(node.page);
         let mut prev_entry_key: Option<Vec<u8>> = None;
@@ -124,7 +124,7 @@ pub fn check(v: &Version, k: u64, l0: u64) -> Result<u64> {
     let mut above: Option<Vec<HeadFence>> = None;
     for (i, level) in v.levels.iter().enumerate() {
         let n = i + 1;
-        let items = level.run.check()?;
+        let items = level.run()?.check()?;
         if items != level.items() {
             return Err(bad(n, None, format!("{items} items, metadata {}", level.items())));
         }
@@ -140,10 +140,10 @@ pub fn check(v: &Version, k: u64, l0: u64) -> Result<u64> {
             return Err(bad(n, None, "the lowest level is empty".into()));
         }
         let w = walk(v, i)?;
-        let pages = page_list(&level.run)?;
+        let pages = page_list(level.run()?)?;
         let want = match &above {
             Some(ext) => ext,
-            None => &*v.head,
+            None => &**v.head()?,
         };
         if *want != pages {
             let from = if n == 1 { "the head tree" } else { "the level above" };
@@ -169,7 +169,7 @@ pub fn check(v: &Version, k: u64, l0: u64) -> Result<u64> {
                 format!("{} external fences in the lowest level", ext.len()),
             ));
         }
-    } else if !v.head.is_empty() {
+    } else if !v.head()?.is_empty() {
         return Err(Error::corruption("fdtree", None, "head fences without levels"));
     }
     extents.sort();

@@ -200,7 +200,35 @@ fn builder(store: &Arc<PageFile>, fenced: bool, chunk: u64) -> RunBuilder {
     b
 }
 
+/// Pages a head tree's entries take in a run, about.
+fn mem_pages(mem: &Memtable) -> u64 {
+    (mem.user_bytes() + mem.len() as u64 * 20) / PAGE_SIZE as u64
+}
+
+/// The work units of a cascade to `target`: every entry and fence read moved once, and a
+/// run finished per level.
+fn units(mem: &Memtable, base: &Version, target: usize) -> u64 {
+    let mut total = mem.user_bytes() + ITEM_UNITS * mem.len() as u64;
+    for l in base.levels.iter().take(target) {
+        total += l.meta().user_bytes + ITEM_UNITS * l.items();
+    }
+    total + (target as u64 + 1) * PAGE_SIZE as u64
+}
+
 impl Job {
+    /// The work units the cascade for `mem` over `base` is planned to take.
+    pub fn estimate(mem: &Memtable, base: &Version, k: u64, l0: u64) -> u64 {
+        let sizes: Vec<LevelSize> = base
+            .levels
+            .iter()
+            .map(|l| LevelSize {
+                entries: l.entries(),
+                pages: l.pages(),
+            })
+            .collect();
+        units(mem, base, plan(&sizes, mem.len() as u64, mem_pages(mem), k, l0))
+    }
+
     /// Plans the cascade for `mem` over `base` and opens its inputs.
     pub fn start(
         store: &Arc<PageFile>,
@@ -211,7 +239,7 @@ impl Job {
         snapshots: Vec<u64>,
         merge_op: Option<Arc<dyn crate::options::MergeOperator>>,
         chunk: u64,
-    ) -> Job {
+    ) -> Result<Job> {
         let sizes: Vec<LevelSize> = base
             .levels
             .iter()
@@ -220,8 +248,7 @@ impl Job {
                 pages: l.pages(),
             })
             .collect();
-        let mem_pages = mem.user_bytes() / PAGE_SIZE as u64 + mem.len() as u64 * 20 / PAGE_SIZE as u64;
-        let target = plan(&sizes, mem.len() as u64, mem_pages, k, l0);
+        let target = plan(&sizes, mem.len() as u64, mem_pages(&mem), k, l0);
         let bottom = target >= base.levels.len();
         let fences: FenceQueue = Arc::default();
         let mut sources: Vec<EntryIter> = vec![Box::new(mem.iter(
@@ -229,18 +256,16 @@ impl Job {
             Bound::Unbounded,
             false,
         ))];
-        let mut total = mem.user_bytes() + ITEM_UNITS * mem.len() as u64;
         for (i, l) in base.levels.iter().take(target).enumerate() {
             let keep = i + 1 == target && !bottom;
             sources.push(Box::new(LevelEntries::new(
-                l.run.clone(),
+                l.run()?.clone(),
                 keep.then(|| fences.clone()),
             )));
-            total += l.run.meta().user_bytes + ITEM_UNITS * l.items();
         }
-        total += (target as u64 + 1) * PAGE_SIZE as u64;
+        let total = units(&mem, &base, target);
         let input = Compactor::new(MergeIter::new(sources, false), snapshots, bottom, merge_op);
-        Job {
+        Ok(Job {
             mem,
             base,
             target,
@@ -257,7 +282,7 @@ impl Job {
             built: Vec::new(),
             pages: Vec::new(),
             store: store.clone(),
-        }
+        })
     }
 
     /// Whether every level is built (or the tree emptied): the job can commit.
@@ -281,7 +306,13 @@ impl Job {
         let mut left = budget.max(1);
         while left > 0 && !self.ready() {
             let before = self.done;
+            let finishing = matches!(self.stage, Stage::Finish { .. });
             self.advance(left)?;
+            if finishing {
+                // At most one run is finished per step: finishing writes the run's last
+                // chunk, its index pages and its header, and waits for its writes.
+                break;
+            }
             left = left.saturating_sub(self.done.saturating_sub(before).max(1));
         }
         Ok(self.done.saturating_sub(start))
@@ -370,9 +401,7 @@ impl Job {
             }
             Stage::Finish { level, mut out } => {
                 let finished = out.finish_step(budget)?;
-                // At most one run is finished per step: finishing writes the run's last chunk,
-                // its index pages and its header, and waits for its writes.
-                self.done = self.done.saturating_add(budget);
+                self.done = self.done.saturating_add(budget.min(4 * PAGE_SIZE as u64));
                 if !finished {
                     Stage::Finish { level, out }
                 } else {
@@ -381,8 +410,8 @@ impl Job {
                     if let Some(first) = pages.first_mut() {
                         first.0.clear();
                     }
-                    let run = Arc::new(Run::from_builder(out)?);
-                    self.built.push(Arc::new(Level { run, fences }));
+                    let run = Run::from_builder(out)?;
+                    self.built.push(Arc::new(Level::built(run, fences)));
                     self.pages = pages;
                     if level <= 1 {
                         Stage::Ready
@@ -407,5 +436,31 @@ impl Job {
                 self.store.alloc().release(*e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_ends_the_cascade_at_the_first_level_that_fits() {
+        // k 4, |L0| 100: capacities 400, 1600, 6400 items.
+        let l = |entries, pages| LevelSize { entries, pages };
+        assert_eq!(plan(&[], 100, 1, 4, 100), 1, "an empty tree gets L1");
+        assert_eq!(plan(&[l(100, 2)], 100, 1, 4, 100), 1);
+        assert_eq!(plan(&[l(300, 3)], 100, 1, 4, 100), 2, "a full lowest level grows the tree");
+        // L1 would hold 400 entries and 10 fences into L2: over; L2 then fits.
+        assert_eq!(plan(&[l(300, 3), l(1000, 10)], 100, 1, 4, 100), 2);
+        assert_eq!(plan(&[l(300, 3), l(1500, 10)], 100, 1, 4, 100), 3);
+        // An internal fence per output page counts too.
+        assert_eq!(plan(&[l(390, 3)], 0, 8, 4, 100), 2);
+    }
+
+    #[test]
+    fn capacities_grow_by_k_and_saturate() {
+        assert_eq!(capacity(0, 10, 7), 7);
+        assert_eq!(capacity(3, 10, 7), 7000);
+        assert_eq!(capacity(80, 10, 7), u64::MAX);
     }
 }

@@ -114,22 +114,17 @@ impl FdTree {
                 }
                 r => u64::from(r),
             };
-            (k, l0, Vec::new(), Vec::new())
+            (k, l0, Vec::new(), Some(Vec::new()))
         } else {
             let m = decode_meta(meta)?;
-            let (levels, head) = open_levels(&ctx.store, m.levels)?;
-            (m.k, m.l0, levels, head)
+            (m.k, m.l0, open_levels(&ctx.store, m.levels), None)
         };
         Ok(FdTree {
             ctx,
             params,
             k,
             l0,
-            current: RwLock::new(Arc::new(Version {
-                levels,
-                head: Arc::new(head),
-                epoch,
-            })),
+            current: RwLock::new(Arc::new(Version::new(levels, head, epoch))),
             queued: Mutex::new(None),
             job: Mutex::new(None),
             debt: AtomicU64::new(0),
@@ -173,8 +168,8 @@ impl FdTree {
         let d = match job {
             Some(j) => j.debt(),
             None => match &*self.queued.lock() {
-                // Not planned yet: the head tree's bytes stand for the whole cascade.
-                Some(m) => m.bytes().max(1),
+                // Not started yet: the work its plan estimates.
+                Some(m) => Job::estimate(m, &self.version(), self.k, self.l0).max(1),
                 None => 0,
             },
         };
@@ -196,7 +191,7 @@ impl FdTree {
                 self.ctx.snapshots.list(),
                 self.ctx.merge_op.clone(),
                 self.chunk_pages(),
-            ));
+            )?);
         }
         let Some(job) = slot.as_mut() else {
             return Ok(0);
@@ -270,11 +265,7 @@ impl FdTree {
         }
         c.entries_merged
             .fetch_add(job.mem.len() as u64, Ordering::Relaxed);
-        *self.current.write() = Arc::new(Version {
-            levels,
-            head: Arc::new(head),
-            epoch,
-        });
+        *self.current.write() = Arc::new(Version::new(levels, Some(head), epoch));
         self.durable.store(durable_seq, Ordering::Release);
         let mut q = self.queued.lock();
         if q.as_ref().is_some_and(|m| Arc::ptr_eq(m, &job.mem)) {
@@ -297,7 +288,8 @@ impl FdTree {
     ) -> Result<(Option<u64>, bool)> {
         let level = &v.levels[i];
         let lowest = i + 1 == v.levels.len();
-        let node = level.run.data_page(pid)?;
+        let run = level.run()?;
+        let node = run.data_page(pid)?;
         // Items at or before (key, 0) are those with a key at or below `key`.
         let mut j = node.upper_bound(key, 0)?;
         let mut group: Vec<usize> = Vec::new();
@@ -324,12 +316,15 @@ impl FdTree {
         }
         // The first entry of the page is in the group and the page continues the key of the
         // page before: the group may start there.
-        let first_entry = (0..node.count)
-            .find(|&s| node.data(s).is_ok_and(|d| d.fence.is_none()));
-        if node.aux & AUX_CONT_PREV != 0 && first_entry.is_some_and(|s| group.contains(&s)) {
+        let continued = node.aux & AUX_CONT_PREV != 0 && {
+            let first_entry =
+                (0..node.count).find(|&s| node.data(s).is_ok_and(|d| d.fence.is_none()));
+            first_entry.is_some_and(|s| group.contains(&s))
+        };
+        if continued {
             self.counters.fallback_reads.fetch_add(1, Ordering::Relaxed);
             let start = out.len();
-            level.run.get(key, seq, out)?;
+            run.get(key, seq, out)?;
             let done = out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge);
             return Ok((next, done));
         }
@@ -338,7 +333,7 @@ impl FdTree {
             if item.seq > seq {
                 continue;
             }
-            let e = level.run.item_entry(pid, &item, Purpose::UserRead)?;
+            let e = run.item_entry(pid, &item, Purpose::UserRead)?;
             let stop = e.kind != Kind::Merge;
             out.push(e);
             if stop {
@@ -400,7 +395,7 @@ impl Index for FdTree {
     /// level first, until a Put or Delete.
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
         let v = self.version();
-        let Some(mut pid) = v.head_page(key) else {
+        let Some(mut pid) = v.head_page(key)? else {
             return Ok(());
         };
         for i in 0..v.levels.len() {
@@ -425,15 +420,14 @@ impl Index for FdTree {
         reverse: bool,
     ) -> Result<Vec<EntryIter>> {
         let v = self.version();
-        Ok(v.levels
-            .iter()
-            .map(|l| {
-                Box::new(Pinned {
-                    _v: v.clone(),
-                    it: l.run.iter(lo.clone(), hi.clone(), reverse, Purpose::UserRead),
-                }) as EntryIter
-            })
-            .collect())
+        let mut out: Vec<EntryIter> = Vec::with_capacity(v.levels.len());
+        for l in &v.levels {
+            out.push(Box::new(Pinned {
+                _v: v.clone(),
+                it: l.run()?.iter(lo.clone(), hi.clone(), reverse, Purpose::UserRead),
+            }));
+        }
+        Ok(out)
     }
 
     fn stats(&self) -> IndexStats {
@@ -470,7 +464,7 @@ impl Index for FdTree {
         s.shape.push(format!(
             "L0: head tree, capacity {} entries (the memtables) + {} fences into L1",
             self.l0,
-            v.head.len()
+            v.levels.first().map_or(0, |l| l.pages())
         ));
         for (i, l) in v.levels.iter().enumerate() {
             let lowest = i + 1 == v.levels.len();

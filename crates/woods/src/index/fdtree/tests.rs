@@ -201,7 +201,7 @@ fn search_reads_one_page_per_level() {
     // Which level holds each key.
     let mut at = BTreeMap::new();
     for (i, l) in v.levels.iter().enumerate() {
-        for e in l.run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge) {
+        for e in l.run().expect("run").iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge) {
             at.insert(e.expect("entry").key.to_vec(), i + 1);
         }
     }
@@ -259,7 +259,7 @@ fn levels_above_a_cascade_hold_only_fences() {
             assert_eq!(l.entries(), 0, "L{} holds entries after a cascade to L{j}", i + 1);
             assert_eq!(l.items(), below.pages(), "L{} fences vs pages of L{}", i + 1, i + 2);
         }
-        assert_eq!(v.head.len() as u64, v.levels[0].pages());
+        assert_eq!(v.head().expect("head").len() as u64, v.levels[0].pages());
         if j >= 3 {
             deep += 1;
         }
@@ -332,8 +332,7 @@ fn a_merge_result_equals_its_merged_inputs() {
                     pages: l.pages(),
                 })
                 .collect();
-            let mem_pages =
-                mem.user_bytes() / PAGE_SIZE as u64 + mem.len() as u64 * 20 / PAGE_SIZE as u64;
+            let mem_pages = (mem.user_bytes() + mem.len() as u64 * 20) / PAGE_SIZE as u64;
             let j = job::plan(&sizes, mem.len() as u64, mem_pages, h.tree.k, h.tree.l0);
             let bottom = j >= old.levels.len();
             let mut sources: Vec<EntryIter> = vec![Box::new(mem.iter(
@@ -342,7 +341,7 @@ fn a_merge_result_equals_its_merged_inputs() {
                 false,
             ))];
             for l in old.levels.iter().take(j) {
-                sources.push(Box::new(l.run.iter(
+                sources.push(Box::new(l.run().expect("run").iter(
                     Bound::Unbounded,
                     Bound::Unbounded,
                     false,
@@ -356,7 +355,8 @@ fn a_merge_result_equals_its_merged_inputs() {
             let new = h.tree.version();
             let got: Vec<Entry> = match new.levels.get(j - 1) {
                 Some(l) => l
-                    .run
+                    .run()
+                    .expect("run")
                     .iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge)
                     .map(|e| e.expect("entry"))
                     .collect(),

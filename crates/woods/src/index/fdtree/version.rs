@@ -5,28 +5,56 @@
 //! pitfall 8's memory-resident head tree). Readers pin a version; the extents a merge retired
 //! stay allocated while any version that reaches them is alive ([`Epoch`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::entry::codec::{self, Reader};
 use crate::error::{Error, Result};
 use crate::index::Epoch;
-use crate::run::{Run, RunMeta};
+use crate::run::{LazyRun, Run, RunMeta};
 use crate::storage::{Extent, PageFile, Purpose};
 
 /// Version byte of the encoded metadata.
 const META_VERSION: u8 = 1;
 
-/// One level `L_i` (i ≥ 1): a fenced run (or, the lowest, a run without fences).
+/// One level `L_i` (i ≥ 1): a fenced run (or, the lowest, a run without fences). A level read
+/// from the manifest is opened on first use, so that a damaged run fails the reads that need
+/// it, not the whole open.
 pub struct Level {
-    pub run: Arc<Run>,
+    lazy: LazyRun,
     /// Fence items in the run (external and internal); its `entries` count them too.
     pub fences: u64,
 }
 
 impl Level {
+    /// A level just built.
+    pub fn built(run: Run, fences: u64) -> Level {
+        Level {
+            lazy: LazyRun::from_run(run),
+            fences,
+        }
+    }
+
+    /// A level known from its metadata.
+    pub fn from_meta(store: Arc<PageFile>, meta: RunMeta, fences: u64) -> Level {
+        Level {
+            lazy: LazyRun::new(store, meta),
+            fences,
+        }
+    }
+
+    /// The open run (opened now if it was not yet).
+    pub fn run(&self) -> Result<&Arc<Run>> {
+        self.lazy.run()
+    }
+
+    /// The run's metadata.
+    pub fn meta(&self) -> &RunMeta {
+        self.lazy.meta()
+    }
+
     /// Items, fences included: what the level's capacity counts (spec §3.1).
     pub fn items(&self) -> u64 {
-        self.run.meta().entries
+        self.meta().entries
     }
 
     /// Index entries (all versions), fences not counted.
@@ -36,12 +64,12 @@ impl Level {
 
     /// Data pages: the external fences the level above holds into this one.
     pub fn pages(&self) -> u64 {
-        self.run.meta().data_pages
+        self.meta().data_pages
     }
 
     /// The extents of the run.
     pub fn extents(&self) -> &[Extent] {
-        &self.run.meta().extents
+        &self.meta().extents
     }
 }
 
@@ -52,16 +80,43 @@ pub type HeadFence = (Vec<u8>, u64);
 pub struct Version {
     /// L1..Ll, top first.
     pub levels: Vec<Arc<Level>>,
-    /// The head tree's external fences into L1, one per page of L1, in page order.
-    pub head: Arc<Vec<HeadFence>>,
+    /// The head tree's external fences into L1, one per page of L1, in page order (read from
+    /// L1 on first use after an open).
+    head: OnceLock<Arc<Vec<HeadFence>>>,
     pub(crate) epoch: Arc<Epoch>,
 }
 
 impl Version {
+    /// A version whose head fences are known (`None`: read from L1 when first needed).
+    pub fn new(levels: Vec<Arc<Level>>, head: Option<Vec<HeadFence>>, epoch: Arc<Epoch>) -> Version {
+        let cell = OnceLock::new();
+        if let Some(h) = head {
+            let _ = cell.set(Arc::new(h));
+        }
+        Version {
+            levels,
+            head: cell,
+            epoch,
+        }
+    }
+
+    /// The head tree's fences into L1.
+    pub fn head(&self) -> Result<&Arc<Vec<HeadFence>>> {
+        if let Some(h) = self.head.get() {
+            return Ok(h);
+        }
+        let list = match self.levels.first() {
+            Some(l1) => page_list(l1.run()?)?,
+            None => Vec::new(),
+        };
+        Ok(self.head.get_or_init(|| Arc::new(list)))
+    }
+
     /// The page of L1 a search for `key` reads: the last head fence with a key at or below it.
-    pub fn head_page(&self, key: &[u8]) -> Option<u64> {
-        let i = self.head.partition_point(|(k, _)| k.as_slice() <= key);
-        i.checked_sub(1).map(|i| self.head[i].1)
+    pub fn head_page(&self, key: &[u8]) -> Result<Option<u64>> {
+        let head = self.head()?;
+        let i = head.partition_point(|(k, _)| k.as_slice() <= key);
+        Ok(i.checked_sub(1).map(|i| head[i].1))
     }
 }
 
@@ -80,7 +135,7 @@ pub fn encode_meta(k: u64, l0: u64, levels: &[Arc<Level>]) -> Vec<u8> {
     codec::put_varint(&mut out, levels.len() as u64);
     for l in levels {
         codec::put_varint(&mut out, l.fences);
-        l.run.meta().encode(&mut out);
+        l.meta().encode(&mut out);
     }
     out
 }
@@ -120,22 +175,13 @@ pub fn decode_meta(buf: &[u8]) -> Result<Meta> {
     Ok(Meta { k, l0, levels })
 }
 
-/// Opens the levels of decoded metadata and rebuilds the head tree's fences from L1 (one
-/// sequential read of L1: the first key of each page).
-pub fn open_levels(
-    store: &Arc<PageFile>,
-    levels: Vec<(u64, RunMeta)>,
-) -> Result<(Vec<Arc<Level>>, Vec<HeadFence>)> {
-    let mut out = Vec::with_capacity(levels.len());
-    for (fences, meta) in levels {
-        let run = Arc::new(Run::open(store.clone(), meta)?);
-        out.push(Arc::new(Level { run, fences }));
-    }
-    let head = match out.first() {
-        Some(l1) => page_list(&l1.run)?,
-        None => Vec::new(),
-    };
-    Ok((out, head))
+/// The levels of decoded metadata, opened on first use; the head tree's fences are rebuilt
+/// from L1 (one sequential read of L1: the first key of each page) when first needed.
+pub fn open_levels(store: &Arc<PageFile>, levels: Vec<(u64, RunMeta)>) -> Vec<Arc<Level>> {
+    levels
+        .into_iter()
+        .map(|(fences, meta)| Arc::new(Level::from_meta(store.clone(), meta, fences)))
+        .collect()
 }
 
 /// The first key of every data page of `run` and its page number, page 0's key replaced by
