@@ -456,7 +456,11 @@ impl Db {
         // waits for the whole cascade (specs/fdtree.md §4.8), so it is not paced by debt.
         let paced = !matches!(
             &config.index,
-            crate::IndexKind::Lsm(_) | crate::IndexKind::FdTree(crate::FdTreeParams { deamortized: false, .. })
+            crate::IndexKind::Lsm(_)
+                | crate::IndexKind::FdTree(crate::FdTreeParams {
+                    deamortized: false,
+                    ..
+                })
         );
         let inner = Arc::new(Inner {
             dir: dir.clone(),

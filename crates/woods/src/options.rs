@@ -408,9 +408,7 @@ impl IndexKind {
                     )));
                 }
                 if p.expected_entries == 0 {
-                    return Err(Error::InvalidOption(
-                        "fdtree expected_entries is 0".into(),
-                    ));
+                    return Err(Error::InvalidOption("fdtree expected_entries is 0".into()));
                 }
                 if p.search_percent > 100 {
                     return Err(Error::InvalidOption(format!(

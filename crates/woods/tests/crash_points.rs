@@ -249,5 +249,8 @@ fn crash_points_fdtree_d() {
 #[test]
 fn crash_points_cover_every_kind() {
     let names: Vec<&str> = kinds().iter().map(|k| k.name()).collect();
-    assert_eq!(names, ["btree", "lsm", "nbtree", "stbe", "fdtree", "fdtree-d"]);
+    assert_eq!(
+        names,
+        ["btree", "lsm", "nbtree", "stbe", "fdtree", "fdtree-d"]
+    );
 }

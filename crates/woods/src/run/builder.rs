@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::format::{
-    encode_data_blob, encode_data_inline, encode_fence, put_header, AUX_CONT_PREV, IndexItem, SlottedPage, FORMAT_MAJOR,
-    FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT, PAGE_BLOB, PAGE_DATA, PAGE_FILTER,
-    PAGE_HEADER, PAGE_INDEX, PAYLOAD,
+    encode_data_blob, encode_data_inline, encode_fence, put_header, IndexItem, SlottedPage,
+    AUX_CONT_PREV, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT, PAGE_BLOB,
+    PAGE_DATA, PAGE_FILTER, PAGE_HEADER, PAGE_INDEX, PAYLOAD,
 };
 use super::{RunMeta, RunOptions};
 use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};

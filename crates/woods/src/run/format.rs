@@ -175,7 +175,14 @@ pub fn encode_data_inline(out: &mut Vec<u8>, kind: Kind, seq: u64, key: &[u8], v
 
 /// Encodes one fence item: `FENCE_FLAG | class`, seq, key, the page it points to.
 pub fn encode_fence(out: &mut Vec<u8>, internal: bool, seq: u64, key: &[u8], pid: u64) {
-    out.push(FENCE_FLAG | if internal { FENCE_INTERNAL } else { FENCE_EXTERNAL });
+    out.push(
+        FENCE_FLAG
+            | if internal {
+                FENCE_INTERNAL
+            } else {
+                FENCE_EXTERNAL
+            },
+    );
     codec::put_varint(out, seq);
     codec::put_bytes(out, key);
     codec::put_u64(out, pid);
@@ -273,7 +280,10 @@ fn decode_data<'b>(r: &mut Reader<'b>, page: u64, i: usize) -> Result<DataItem<'
     if b & FENCE_FLAG != 0 && b & BLOB_FLAG == 0 {
         let class = b & !FENCE_FLAG;
         if class > FENCE_INTERNAL {
-            return Err(corrupt(page, format!("entry {i} is a fence of class {class}")));
+            return Err(corrupt(
+                page,
+                format!("entry {i} is a fence of class {class}"),
+            ));
         }
         let seq = r.varint()?;
         let key = r.bytes()?;

@@ -34,11 +34,11 @@ use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::filter::{hash64, Filter};
 use crate::storage::{AlignedBuf, Extent, PageFile, PendingRead, Purpose, PAGE_SIZE};
-pub use format::{Fence, AUX_CONT_PREV};
 use format::{
     at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
     PAGE_HEADER, PAYLOAD,
 };
+pub use format::{Fence, AUX_CONT_PREV};
 
 /// How a run is built.
 #[derive(Clone, Copy, Debug)]
@@ -751,10 +751,7 @@ impl Run {
     /// follows a fence to a page of the next level (`specs/fdtree.md` §4.1).
     pub(crate) fn data_page(&self, page: u64) -> Result<Node> {
         if !self.owns(page, 1) {
-            return Err(corrupt(
-                page,
-                "a fence points outside the run's extents",
-            ));
+            return Err(corrupt(page, "a fence points outside the run's extents"));
         }
         self.load(page, 0, Purpose::UserRead)
     }

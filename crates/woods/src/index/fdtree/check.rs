@@ -44,7 +44,11 @@ fn walk(v: &Version, i: usize) -> Result<Walk> {
             match item.fence {
                 Some(f) => {
                     if lowest {
-                        return Err(bad(n, page, format!("fence at slot {s} in the lowest level")));
+                        return Err(bad(
+                            n,
+                            page,
+                            format!("fence at slot {s} in the lowest level"),
+                        ));
                     }
                     w.fences += 1;
                     if f.internal {
@@ -58,7 +62,8 @@ fn walk(v: &Version, i: usize) -> Result<Walk> {
                             return Err(bad(
                                 n,
                                 page,
-                                "internal fence does not carry the key of the entry after it".into(),
+                                "internal fence does not carry the key of the entry after it"
+                                    .into(),
                             ));
                         }
                         if Some(f.pid) != last_ext {
@@ -99,7 +104,11 @@ fn walk(v: &Version, i: usize) -> Result<Walk> {
             if first_item_entry.is_none() && !(item.fence.is_some_and(|f| f.internal)) {
                 first_item_entry = Some(item.fence.is_none());
                 if item.fence.is_some() && node.aux & AUX_CONT_PREV != 0 {
-                    return Err(bad(n, page, "CONT_PREV bit on a page led by a fence".into()));
+                    return Err(bad(
+                        n,
+                        page,
+                        "CONT_PREV bit on a page led by a fence".into(),
+                    ));
                 }
             }
         }
@@ -111,7 +120,10 @@ fn walk(v: &Version, i: usize) -> Result<Walk> {
         return Err(bad(
             n,
             None,
-            format!("{} fences where the metadata says {}", w.fences, level.fences),
+            format!(
+                "{} fences where the metadata says {}",
+                w.fences, level.fences
+            ),
         ));
     }
     Ok(w)
@@ -126,14 +138,21 @@ pub fn check(v: &Version, k: u64, l0: u64) -> Result<u64> {
         let n = i + 1;
         let items = level.run()?.check()?;
         if items != level.items() {
-            return Err(bad(n, None, format!("{items} items, metadata {}", level.items())));
+            return Err(bad(
+                n,
+                None,
+                format!("{items} items, metadata {}", level.items()),
+            ));
         }
         let lowest = n == v.levels.len();
         if !lowest && items >= capacity(n, k, l0) {
             return Err(bad(
                 n,
                 None,
-                format!("{items} items at or above the capacity {}", capacity(n, k, l0)),
+                format!(
+                    "{items} items at or above the capacity {}",
+                    capacity(n, k, l0)
+                ),
             ));
         }
         if lowest && items == 0 {
@@ -146,7 +165,11 @@ pub fn check(v: &Version, k: u64, l0: u64) -> Result<u64> {
             None => &**v.head()?,
         };
         if *want != pages {
-            let from = if n == 1 { "the head tree" } else { "the level above" };
+            let from = if n == 1 {
+                "the head tree"
+            } else {
+                "the level above"
+            };
             return Err(bad(
                 n,
                 None,
@@ -170,7 +193,11 @@ pub fn check(v: &Version, k: u64, l0: u64) -> Result<u64> {
             ));
         }
     } else if !v.head()?.is_empty() {
-        return Err(Error::corruption("fdtree", None, "head fences without levels"));
+        return Err(Error::corruption(
+            "fdtree",
+            None,
+            "head fences without levels",
+        ));
     }
     extents.sort();
     for w in extents.windows(2) {

@@ -83,7 +83,9 @@ pub fn insert_io(l0: u64, k: u64, f: u64, runs: u32) -> Option<(f64, f64)> {
         return None;
     }
     let l = runs as usize + 1;
-    let cap: Vec<f64> = (0..l).map(|i| l0 as f64 * (k as f64).powi(i as i32)).collect();
+    let cap: Vec<f64> = (0..l)
+        .map(|i| l0 as f64 * (k as f64).powi(i as i32))
+        .collect();
     let mut card = vec![0f64; l];
     let (mut inserts, mut read, mut write) = (0f64, 0f64, 0f64);
     let f = f as f64;
@@ -113,7 +115,14 @@ pub fn insert_io(l0: u64, k: u64, f: u64, runs: u32) -> Option<(f64, f64)> {
 }
 
 /// The estimate for one k.
-pub fn estimate(n: u64, l0: u64, f: u64, k: u64, search_share: f64, dev: &Device) -> Option<Estimate> {
+pub fn estimate(
+    n: u64,
+    l0: u64,
+    f: u64,
+    k: u64,
+    search_share: f64,
+    dev: &Device,
+) -> Option<Estimate> {
     let runs = runs_for(n, l0, k);
     let (r, w) = insert_io(l0, k, f, runs)?;
     let search_us = f64::from(runs) * dev.random_page_us;
@@ -158,10 +167,19 @@ mod tests {
     #[test]
     fn chosen_k_is_below_f_minus_one() {
         let f = fanout();
-        for (n, l0) in [(1u64 << 30, 65_536u64), (100_000_000, 209_715), (1 << 20, 819), (10, 10)] {
+        for (n, l0) in [
+            (1u64 << 30, 65_536u64),
+            (100_000_000, 209_715),
+            (1 << 20, 819),
+            (10, 10),
+        ] {
             for s in [0.0, 0.5, 0.9, 1.0] {
                 let e = choose_k(n, l0, f, s, &Device::default());
-                assert!(e.k >= 2 && e.k + 1 < f, "n {n} l0 {l0} share {s}: k {}", e.k);
+                assert!(
+                    e.k >= 2 && e.k + 1 < f,
+                    "n {n} l0 {l0} share {s}: k {}",
+                    e.k
+                );
             }
         }
     }
@@ -174,7 +192,11 @@ mod tests {
         let mut last = u32::MAX;
         for s in [0.0, 0.25, 0.5, 0.75, 0.99] {
             let e = choose_k(n, l0, f, s, &dev);
-            assert!(e.levels <= last, "share {s}: {} levels after {last}", e.levels);
+            assert!(
+                e.levels <= last,
+                "share {s}: {} levels after {last}",
+                e.levels
+            );
             last = e.levels;
         }
         assert!(choose_k(n, l0, f, 0.0, &dev).levels > choose_k(n, l0, f, 0.99, &dev).levels);

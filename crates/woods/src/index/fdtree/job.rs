@@ -62,6 +62,14 @@ pub fn plan(levels: &[LevelSize], mem_entries: u64, mem_pages: u64, k: u64, l0: 
     levels.len() + 1
 }
 
+/// The tree's sizes a job needs: k, |L0| and the pages a merge writes in one request.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizing {
+    pub k: u64,
+    pub l0: u64,
+    pub chunk: u64,
+}
+
 /// External fences met while reading a level that keeps them, for the merge to interleave.
 type FenceQueue = Arc<Mutex<VecDeque<HeadFence>>>;
 
@@ -103,10 +111,7 @@ impl LevelEntries {
                             }
                         }
                         None => {
-                            return self
-                                .run
-                                .item_entry(n.page, &item, Purpose::Merge)
-                                .map(Some)
+                            return self.run.item_entry(n.page, &item, Purpose::Merge).map(Some)
                         }
                     }
                 }
@@ -152,7 +157,11 @@ enum Stage {
         out: RunBuilder,
     },
     /// Writing the external fences of fence level `level` (over the level built last).
-    Fences { level: usize, pos: usize, out: RunBuilder },
+    Fences {
+        level: usize,
+        pos: usize,
+        out: RunBuilder,
+    },
     /// Finishing the run of `level` (index pages, header).
     Finish { level: usize, out: RunBuilder },
     /// Every level is built: ready to commit.
@@ -226,7 +235,11 @@ impl Job {
                 pages: l.pages(),
             })
             .collect();
-        units(mem, base, plan(&sizes, mem.len() as u64, mem_pages(mem), k, l0))
+        units(
+            mem,
+            base,
+            plan(&sizes, mem.len() as u64, mem_pages(mem), k, l0),
+        )
     }
 
     /// Plans the cascade for `mem` over `base` and opens its inputs.
@@ -234,12 +247,11 @@ impl Job {
         store: &Arc<PageFile>,
         mem: Arc<Memtable>,
         base: Arc<Version>,
-        k: u64,
-        l0: u64,
+        sizing: Sizing,
         snapshots: Vec<u64>,
         merge_op: Option<Arc<dyn crate::options::MergeOperator>>,
-        chunk: u64,
     ) -> Result<Job> {
+        let Sizing { k, l0, chunk } = sizing;
         let sizes: Vec<LevelSize> = base
             .levels
             .iter()
@@ -449,7 +461,11 @@ mod tests {
         let l = |entries, pages| LevelSize { entries, pages };
         assert_eq!(plan(&[], 100, 1, 4, 100), 1, "an empty tree gets L1");
         assert_eq!(plan(&[l(100, 2)], 100, 1, 4, 100), 1);
-        assert_eq!(plan(&[l(300, 3)], 100, 1, 4, 100), 2, "a full lowest level grows the tree");
+        assert_eq!(
+            plan(&[l(300, 3)], 100, 1, 4, 100),
+            2,
+            "a full lowest level grows the tree"
+        );
         // L1 would hold 400 entries and 10 fences into L2: over; L2 then fits.
         assert_eq!(plan(&[l(300, 3), l(1000, 10)], 100, 1, 4, 100), 2);
         assert_eq!(plan(&[l(300, 3), l(1500, 10)], 100, 1, 4, 100), 3);

@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use self::job::{capacity, Job};
+use self::job::{capacity, Job, Sizing};
 use self::version::{decode_meta, encode_meta, open_levels, Level, Version};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
@@ -186,11 +186,13 @@ impl FdTree {
                 &self.ctx.store,
                 mem,
                 self.version(),
-                self.k,
-                self.l0,
+                Sizing {
+                    k: self.k,
+                    l0: self.l0,
+                    chunk: self.chunk_pages(),
+                },
                 self.ctx.snapshots.list(),
                 self.ctx.merge_op.clone(),
-                self.chunk_pages(),
             )?);
         }
         let Some(job) = slot.as_mut() else {
@@ -246,10 +248,9 @@ impl FdTree {
                 freed: retired.clone(),
             })
         });
-        if let Err(e) = r {
-            // The manifest may or may not hold the new levels: their pages stay allocated.
-            return Err(e);
-        }
+        // On failure the manifest may or may not hold the new levels: their pages stay
+        // allocated.
+        r?;
         let epoch = base.epoch.advance(retired);
         let c = &self.counters;
         c.merges.fetch_add(1, Ordering::Relaxed);
@@ -311,7 +312,10 @@ impl FdTree {
             return Err(Error::corruption(
                 "fdtree",
                 Some(pid),
-                format!("L{}: page without a fence before the search position", i + 1),
+                format!(
+                    "L{}: page without a fence before the search position",
+                    i + 1
+                ),
             ));
         }
         // The first entry of the page is in the group and the page continues the key of the
@@ -424,7 +428,9 @@ impl Index for FdTree {
         for l in &v.levels {
             out.push(Box::new(Pinned {
                 _v: v.clone(),
-                it: l.run()?.iter(lo.clone(), hi.clone(), reverse, Purpose::UserRead),
+                it: l
+                    .run()?
+                    .iter(lo.clone(), hi.clone(), reverse, Purpose::UserRead),
             }));
         }
         Ok(out)
@@ -449,7 +455,8 @@ impl Index for FdTree {
             s.counters.insert(name.into(), a.load(Ordering::Relaxed));
         }
         for (i, n) in c.ended_at.lock().iter().enumerate() {
-            s.counters.insert(format!("cascades_ending_at_L{}", i + 1), *n);
+            s.counters
+                .insert(format!("cascades_ending_at_L{}", i + 1), *n);
         }
         s.shape.push(format!(
             "k {} (|L_i| = k^i·|L0|), f {} entries of 16 bytes a page, {}",

@@ -127,7 +127,12 @@ impl Harness {
     fn verify(&self, model: &Model, probe: &[Vec<u8>]) {
         self.tree.check().expect("check");
         for k in probe {
-            assert_eq!(self.get(k), model.get(k).cloned(), "key {:?}", String::from_utf8_lossy(k));
+            assert_eq!(
+                self.get(k),
+                model.get(k).cloned(),
+                "key {:?}",
+                String::from_utf8_lossy(k)
+            );
         }
         let want: Vec<(Vec<u8>, Vec<u8>)> =
             model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -152,7 +157,11 @@ fn random_ops(deamortized: bool) {
                 if rng.gen_bool(0.2) {
                     (k, None)
                 } else {
-                    let len = if rng.gen_bool(0.01) { 5000 } else { rng.gen_range(0..40) };
+                    let len = if rng.gen_bool(0.01) {
+                        5000
+                    } else {
+                        rng.gen_range(0..40)
+                    };
                     (k, Some((0..len).map(|_| rng.gen()).collect()))
                 }
             })
@@ -166,7 +175,11 @@ fn random_ops(deamortized: bool) {
             h.verify(&model, &probe);
         }
     }
-    assert!(h.tree.version().levels.len() >= 3, "seed {s}: only {} levels", h.tree.version().levels.len());
+    assert!(
+        h.tree.version().levels.len() >= 3,
+        "seed {s}: only {} levels",
+        h.tree.version().levels.len()
+    );
 }
 
 #[test]
@@ -192,7 +205,10 @@ fn search_reads_one_page_per_level() {
         keys.swap(i, rng.gen_range(0..=i));
     }
     for chunk in keys.chunks(150) {
-        let ops: Vec<_> = chunk.iter().map(|&i| (key(i), Some(b"v".to_vec()))).collect();
+        let ops: Vec<_> = chunk
+            .iter()
+            .map(|&i| (key(i), Some(b"v".to_vec())))
+            .collect();
         h.absorb(&ops, &mut model, u64::MAX);
     }
     let v = h.tree.version();
@@ -201,7 +217,11 @@ fn search_reads_one_page_per_level() {
     // Which level holds each key.
     let mut at = BTreeMap::new();
     for (i, l) in v.levels.iter().enumerate() {
-        for e in l.run().expect("run").iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge) {
+        for e in
+            l.run()
+                .expect("run")
+                .iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge)
+        {
             at.insert(e.expect("entry").key.to_vec(), i + 1);
         }
     }
@@ -219,7 +239,10 @@ fn search_reads_one_page_per_level() {
         match at.get(&k) {
             Some(&lv) => {
                 assert_eq!(got.as_deref(), Some(&b"v"[..]));
-                assert_eq!(pages, lv as u64, "seed {s}: hit in L{lv} read {pages} pages");
+                assert_eq!(
+                    pages, lv as u64,
+                    "seed {s}: hit in L{lv} read {pages} pages"
+                );
                 seen_levels.insert(lv);
             }
             None => {
@@ -256,8 +279,19 @@ fn levels_above_a_cascade_hold_only_fences() {
         let v = h.tree.version();
         for i in 0..j - 1 {
             let (l, below) = (&v.levels[i], &v.levels[i + 1]);
-            assert_eq!(l.entries(), 0, "L{} holds entries after a cascade to L{j}", i + 1);
-            assert_eq!(l.items(), below.pages(), "L{} fences vs pages of L{}", i + 1, i + 2);
+            assert_eq!(
+                l.entries(),
+                0,
+                "L{} holds entries after a cascade to L{j}",
+                i + 1
+            );
+            assert_eq!(
+                l.items(),
+                below.pages(),
+                "L{} fences vs pages of L{}",
+                i + 1,
+                i + 2
+            );
         }
         assert_eq!(v.head().expect("head").len() as u64, v.levels[0].pages());
         if j >= 3 {
@@ -275,7 +309,9 @@ fn deleting_everything_empties_the_tree() {
     let mut h = Harness::new(params(3, false));
     let mut model = Model::new();
     for c in 0..6u64 {
-        let ops: Vec<_> = (0..150).map(|i| (key(c * 150 + i), Some(vec![2u8; 8]))).collect();
+        let ops: Vec<_> = (0..150)
+            .map(|i| (key(c * 150 + i), Some(vec![2u8; 8])))
+            .collect();
         h.absorb(&ops, &mut model, u64::MAX);
     }
     assert!(h.tree.version().levels.len() >= 2);
@@ -310,7 +346,11 @@ fn a_merge_result_equals_its_merged_inputs() {
             let ops: Vec<_> = (0..rng.gen_range(50..300))
                 .map(|_| {
                     let k = key(rng.gen_range(0..5000));
-                    (k, rng.gen_bool(0.8).then(|| vec![rng.gen(); rng.gen_range(1..30)]))
+                    (
+                        k,
+                        rng.gen_bool(0.8)
+                            .then(|| vec![rng.gen(); rng.gen_range(1..30)]),
+                    )
                 })
                 .collect();
             // The expected result: the old levels and the new head tree, resolved.
@@ -348,9 +388,10 @@ fn a_merge_result_equals_its_merged_inputs() {
                     Purpose::Merge,
                 )));
             }
-            let want: Vec<Entry> = Compactor::new(MergeIter::new(sources, false), Vec::new(), bottom, None)
-                .map(|e| e.expect("entry"))
-                .collect();
+            let want: Vec<Entry> =
+                Compactor::new(MergeIter::new(sources, false), Vec::new(), bottom, None)
+                    .map(|e| e.expect("entry"))
+                    .collect();
             h.absorb(&ops, &mut model, 2000);
             let new = h.tree.version();
             let got: Vec<Entry> = match new.levels.get(j - 1) {
@@ -377,7 +418,9 @@ fn snapshot_versions_span_pages_and_stay_readable() {
     let hot = b"hot".to_vec();
     let mut snaps = Vec::new();
     for round in 0..40u64 {
-        let mut ops: Vec<_> = (0..100).map(|i| (key(round * 100 + i), Some(vec![3u8; 8]))).collect();
+        let mut ops: Vec<_> = (0..100)
+            .map(|i| (key(round * 100 + i), Some(vec![3u8; 8])))
+            .collect();
         ops.push((hot.clone(), Some(vec![round as u8; 900])));
         ops.sort();
         h.absorb(&ops, &mut model, u64::MAX);
@@ -389,9 +432,16 @@ fn snapshot_versions_span_pages_and_stay_readable() {
     for (seq, round) in &snaps {
         let mut out = Vec::new();
         h.tree.get(&hot, *seq, &mut out).expect("get");
-        assert_eq!(out.first().map(|e| e.value.to_vec()), Some(vec![*round; 900]), "snapshot {seq}");
+        assert_eq!(
+            out.first().map(|e| e.value.to_vec()),
+            Some(vec![*round; 900]),
+            "snapshot {seq}"
+        );
     }
-    assert!(h.tree.counters.fallback_reads.load(Ordering::Relaxed) > 0, "no page continued a key");
+    assert!(
+        h.tree.counters.fallback_reads.load(Ordering::Relaxed) > 0,
+        "no page continued a key"
+    );
 }
 
 /// Spec §8 test 14: de-amortized, no work call writes more than about one budget of pages
@@ -405,7 +455,12 @@ fn deamortized_work_is_bounded_per_call() {
         let mut model = Model::new();
         for c in 0..250u64 {
             let ops: Vec<_> = (0..300)
-                .map(|i| (key((c * 300 + i).wrapping_mul(104_729) % 1_000_003), Some(vec![4u8; 8])))
+                .map(|i| {
+                    (
+                        key((c * 300 + i).wrapping_mul(104_729) % 1_000_003),
+                        Some(vec![4u8; 8]),
+                    )
+                })
                 .collect();
             h.absorb(&ops, &mut model, budget);
         }
@@ -415,13 +470,21 @@ fn deamortized_work_is_bounded_per_call() {
     let plain = run(false);
     let de = run(true);
     assert_eq!(plain.max_calls, 1);
-    assert!(de.max_calls > 10, "the cascade took only {} calls", de.max_calls);
+    assert!(
+        de.max_calls > 10,
+        "the cascade took only {} calls",
+        de.max_calls
+    );
     // A step moves at most `budget` bytes of entries, written in requests of
     // `chunk_pages` (16) pages behind the step (a write handed off in one step may complete,
     // and be counted, in the next; at most two are in flight), or finishes one run: its last
     // chunk, index pages and header.
     let bound = budget + (3 * 16 + 8) * PAGE_SIZE as u64;
-    assert!(de.max_step_bytes <= bound, "a step wrote {} bytes", de.max_step_bytes);
+    assert!(
+        de.max_step_bytes <= bound,
+        "a step wrote {} bytes",
+        de.max_step_bytes
+    );
     assert!(
         plain.max_step_bytes >= 5 * de.max_step_bytes,
         "plain's largest call wrote {} bytes, de-amortized {}",

@@ -88,7 +88,11 @@ pub struct Version {
 
 impl Version {
     /// A version whose head fences are known (`None`: read from L1 when first needed).
-    pub fn new(levels: Vec<Arc<Level>>, head: Option<Vec<HeadFence>>, epoch: Arc<Epoch>) -> Version {
+    pub fn new(
+        levels: Vec<Arc<Level>>,
+        head: Option<Vec<HeadFence>>,
+        epoch: Arc<Epoch>,
+    ) -> Version {
         let cell = OnceLock::new();
         if let Some(h) = head {
             let _ = cell.set(Arc::new(h));
