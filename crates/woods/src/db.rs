@@ -444,9 +444,11 @@ pub(crate) fn open_parts(
     let file = open_data_file(fs, &data_path, opts)?;
     read_header(&*file)?;
     let alloc = Allocator::from_allocated(1, &state.allocated);
-    // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache.
+    // The copy-on-write B+-tree rewrites its pages in place of runs: no row cache. The FD-tree
+    // follows fences a page per level (specs/fdtree.md §4.1): a cached row of one level would
+    // not give the page to read in the next, so it has none either.
     let row_bytes = match config.index {
-        crate::IndexKind::BTree(_) => 0,
+        crate::IndexKind::BTree(_) | crate::IndexKind::FdTree(_) => 0,
         _ => opts.row_cache_bytes,
     };
     let store = Arc::new(PageFile::new(
@@ -575,7 +577,16 @@ impl Db {
         let mut last_seq = state.durable_seq;
         // Above every number found, removed ones included: a new file never takes an old name.
         let next_wal = replay.files.last().copied().unwrap_or(0) + 1;
-        let paced = !matches!(config.index, crate::IndexKind::Lsm(_));
+        // The plain FD-tree is the paper's amortized tree: the insert that fills the head tree
+        // waits for the whole cascade (specs/fdtree.md §4.8), so it is not paced by debt.
+        let paced = !matches!(
+            &config.index,
+            crate::IndexKind::Lsm(_)
+                | crate::IndexKind::FdTree(crate::FdTreeParams {
+                    deamortized: false,
+                    ..
+                })
+        );
         let inner = Arc::new(Inner {
             dir: dir.clone(),
             fs: fs.clone(),

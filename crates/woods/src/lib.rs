@@ -71,7 +71,7 @@ pub use db::{CheckReport, Db, DbIter, Snapshot, Stats};
 pub use entry::{Entry, Kind, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use options::{
-    BTreeParams, Durability, IamParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options,
-    StbeParams,
+    BTreeParams, Durability, FdTreeParams, IamParams, IndexKind, LsmParams, MergeOperator,
+    NbTreeParams, Options, StbeParams,
 };
 pub use repair::RepairReport;

@@ -301,6 +301,43 @@ impl Default for IamParams {
     }
 }
 
+/// Parameters of the FD-tree (`fdtree`, specs/fdtree.md): a head tree (the Db's memtables) over
+/// sorted runs L1..Ll whose capacities grow by `k`, linked by fences. A field left at 0 takes
+/// the default the spec's cost model (§5.4) or the memtable size gives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FdTreeParams {
+    /// De-amortized merges (spec §4.8): merge work is done in bounded steps paced by inserts,
+    /// so that no insert waits for a whole cascade. `false`: the paper's amortized tree, where
+    /// the insert that fills the head tree waits for the whole cascade. The kind's name is
+    /// `fdtree-d` when set.
+    pub deamortized: bool,
+    /// k, the capacity ratio of adjacent levels (`|L_i| = k^i·|L0|`); must be below
+    /// `f − 1` (f: entries per page). 0 (the default): chosen by the cost model for
+    /// `expected_entries` and `search_percent`, then kept in the index metadata.
+    pub ratio: u32,
+    /// |L0|, the head tree's capacity in entries. 0 (the default): the entries of 16 bytes
+    /// (8-byte key and value, the paper's key and record id) a full memtable holds,
+    /// `memtable_bytes / 80`.
+    pub head_entries: u64,
+    /// n, the index size the cost model plans for (default 100 million entries).
+    pub expected_entries: u64,
+    /// Share of searches in the workload the cost model plans for, in percent (default 50,
+    /// the paper's Fig. 5(e) mix).
+    pub search_percent: u32,
+}
+
+impl Default for FdTreeParams {
+    fn default() -> Self {
+        FdTreeParams {
+            deamortized: false,
+            ratio: 0,
+            head_entries: 0,
+            expected_entries: 100_000_000,
+            search_percent: 50,
+        }
+    }
+}
+
 impl IamParams {
     fn validate(&self, name: &str) -> Result<()> {
         let bad = |what: String| Err(Error::InvalidOption(format!("{name} {what}")));
@@ -372,6 +409,8 @@ pub enum IndexKind {
     /// The IAM-tree (Gong et al., ICPP 2019): appends in the upper levels, merges below, the
     /// split chosen from the memory budget.
     Iam(IamParams),
+    /// FD-tree (Li et al., PVLDB 2010): sorted runs linked by fences, plain or de-amortized.
+    FdTree(FdTreeParams),
 }
 
 impl IndexKind {
@@ -384,6 +423,8 @@ impl IndexKind {
             IndexKind::Stbe(_) => "stbe",
             IndexKind::Lsa(_) => "lsa",
             IndexKind::Iam(_) => "iam",
+            IndexKind::FdTree(p) if p.deamortized => "fdtree-d",
+            IndexKind::FdTree(_) => "fdtree",
         }
     }
 
@@ -396,8 +437,14 @@ impl IndexKind {
             "stbe" => Ok(IndexKind::Stbe(StbeParams::default())),
             "lsa" => Ok(IndexKind::Lsa(IamParams::default())),
             "iam" => Ok(IndexKind::Iam(IamParams::default())),
+            "fdtree" => Ok(IndexKind::FdTree(FdTreeParams::default())),
+            "fdtree-d" => Ok(IndexKind::FdTree(FdTreeParams {
+                deamortized: true,
+                ..FdTreeParams::default()
+            })),
             other => Err(Error::InvalidOption(format!(
-                "unknown index kind {other:?} (known: btree, lsm, nbtree, stbe, lsa, iam)"
+                "unknown index kind {other:?} (known: btree, lsm, nbtree, stbe, lsa, iam, fdtree, \
+                 fdtree-d)"
             ))),
         }
     }
@@ -411,6 +458,11 @@ impl IndexKind {
             IndexKind::Stbe(StbeParams::default()),
             IndexKind::Lsa(IamParams::default()),
             IndexKind::Iam(IamParams::default()),
+            IndexKind::FdTree(FdTreeParams::default()),
+            IndexKind::FdTree(FdTreeParams {
+                deamortized: true,
+                ..FdTreeParams::default()
+            }),
         ]
     }
 
@@ -468,6 +520,25 @@ impl IndexKind {
             IndexKind::Stbe(p) => p.validate()?,
             IndexKind::Lsa(p) => p.validate("lsa")?,
             IndexKind::Iam(p) => p.validate("iam")?,
+            IndexKind::FdTree(p) => {
+                let f = crate::index::fdtree::cost::fanout();
+                if p.ratio != 0 && !(2..f.saturating_sub(1)).contains(&u64::from(p.ratio)) {
+                    return Err(Error::InvalidOption(format!(
+                        "fdtree ratio {} not in 2..{} (k < f - 1, f = {f} entries a page)",
+                        p.ratio,
+                        f - 1
+                    )));
+                }
+                if p.expected_entries == 0 {
+                    return Err(Error::InvalidOption("fdtree expected_entries is 0".into()));
+                }
+                if p.search_percent > 100 {
+                    return Err(Error::InvalidOption(format!(
+                        "fdtree search_percent {} above 100",
+                        p.search_percent
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -492,6 +563,14 @@ impl IndexKind {
                 out.push(3);
                 codec::put_u32(out, p.fanout);
                 codec::put_u32(out, p.bloom_bits_per_key);
+            }
+            IndexKind::FdTree(p) => {
+                out.push(4);
+                out.push(u8::from(p.deamortized));
+                codec::put_u32(out, p.ratio);
+                codec::put_u64(out, p.head_entries);
+                codec::put_u64(out, p.expected_entries);
+                codec::put_u32(out, p.search_percent);
             }
             IndexKind::Stbe(p) => {
                 out.push(8);
@@ -537,6 +616,13 @@ impl IndexKind {
             3 => Ok(IndexKind::NbTree(NbTreeParams {
                 fanout: r.u32()?,
                 bloom_bits_per_key: r.u32()?,
+            })),
+            4 => Ok(IndexKind::FdTree(FdTreeParams {
+                deamortized: r.u8()? != 0,
+                ratio: r.u32()?,
+                head_entries: r.u64()?,
+                expected_entries: r.u64()?,
+                search_percent: r.u32()?,
             })),
             8 => Ok(IndexKind::Stbe(StbeParams {
                 fanout: r.u32()?,
@@ -604,8 +690,8 @@ pub struct Options {
     /// The most of `cache_bytes` the row cache may take (point lookup results per key and
     /// immutable run; the pages make room for what it holds). Default 0: no row cache (under
     /// YCSB's zipfian it did not measurably reduce device reads here: docs/engine.md). At most
-    /// half of `cache_bytes` (`row_cache_bytes N above half of cache_bytes M`). The `btree`
-    /// kind, whose pages are rewritten in place of a run, does not use it.
+    /// half of `cache_bytes`. The `btree` kind, whose pages are rewritten in place of a run,
+    /// and the `fdtree` kinds, whose searches follow fences a page per level, do not use it.
     pub row_cache_bytes: u64,
     /// Bytes of one memtable (default 16 MiB), counted as key + value + 64 bytes per entry.
     /// Two may exist at once (active and frozen). From 16 KiB (`memtable_bytes N below 16

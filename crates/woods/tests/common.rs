@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use woods::{
-    BTreeParams, IamParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams,
+    BTreeParams, FdTreeParams, IamParams, IndexKind, LsmParams, MergeOperator, NbTreeParams,
+    Options, StbeParams,
 };
 
 /// Appends operands to the value: the suite's merge operator.
@@ -51,6 +52,17 @@ pub fn kinds() -> Vec<IndexKind> {
         IndexKind::Iam(IamParams {
             fanout: 3,
             ..IamParams::default()
+        }),
+        // k = 3 over the suite's 64 KiB memtable (|L0| = 819 entries): cascades to L2 and L3
+        // and new levels within a few hundred kilobytes.
+        IndexKind::FdTree(FdTreeParams {
+            ratio: 3,
+            ..FdTreeParams::default()
+        }),
+        IndexKind::FdTree(FdTreeParams {
+            ratio: 3,
+            deamortized: true,
+            ..FdTreeParams::default()
         }),
     ]
 }

@@ -331,6 +331,7 @@ fn model_test(kind: IndexKind) {
             "moves",
             "leaf_splits",
         ],
+        "fdtree" | "fdtree-d" => &["merges", "levels_added", "cascades_ending_at_L2"],
         _ => &[],
     };
     for r in required {
@@ -1101,7 +1102,7 @@ fn row_cache_test(kind: IndexKind) {
     let before = db.stats().cache;
     lookups(&db, &|i| Some(value(i, 0).into_bytes()));
     let after = db.stats().cache;
-    if name == "btree" {
+    if name == "btree" || name.starts_with("fdtree") {
         assert_eq!(
             after.row_capacity_bytes, 0,
             "{name} has no use for a row cache"
@@ -1158,7 +1159,16 @@ macro_rules! suite {
     )*};
 }
 
-suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe", lsa: "lsa", iam: "iam");
+suite!(
+    btree: "btree",
+    lsm: "lsm",
+    nbtree: "nbtree",
+    stbe: "stbe",
+    lsa: "lsa",
+    iam: "iam",
+    fdtree: "fdtree",
+    fdtree_d: "fdtree-d"
+);
 
 /// The child side of the process-crash test: writes records in order and reports each
 /// acknowledgement (and whether background work was in flight) on stdout until killed.

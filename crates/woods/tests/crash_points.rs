@@ -245,9 +245,22 @@ fn crash_points_iam() {
     crash_points_test("iam")
 }
 
+#[test]
+fn crash_points_fdtree() {
+    crash_points_test("fdtree")
+}
+
+#[test]
+fn crash_points_fdtree_d() {
+    crash_points_test("fdtree-d")
+}
+
 /// Every kind of the suite is covered above.
 #[test]
 fn crash_points_cover_every_kind() {
     let names: Vec<&str> = kinds().iter().map(|k| k.name()).collect();
-    assert_eq!(names, ["btree", "lsm", "nbtree", "stbe", "lsa", "iam"]);
+    assert_eq!(
+        names,
+        ["btree", "lsm", "nbtree", "stbe", "lsa", "iam", "fdtree", "fdtree-d"]
+    );
 }

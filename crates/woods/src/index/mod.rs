@@ -9,6 +9,8 @@ pub mod btree;
 #[doc(hidden)]
 pub mod committer;
 #[doc(hidden)]
+pub mod fdtree;
+#[doc(hidden)]
 pub mod iam;
 #[doc(hidden)]
 pub mod lsm;
@@ -220,5 +222,6 @@ pub fn open_index(
             meta,
             durable_seq,
         )?),
+        IndexKind::FdTree(p) => Arc::new(fdtree::FdTree::open(ctx, p.clone(), meta, durable_seq)?),
     })
 }

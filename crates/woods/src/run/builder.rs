@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::format::{
-    encode_data_blob, encode_data_inline, put_header, IndexItem, SlottedPage, FORMAT_MAJOR,
-    FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT, PAGE_BLOB, PAGE_DATA, PAGE_FILTER,
-    PAGE_HEADER, PAGE_INDEX, PAYLOAD,
+    encode_data_blob, encode_data_inline, encode_fence, put_header, IndexItem, SlottedPage,
+    AUX_CONT_PREV, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT, PAGE_BLOB,
+    PAGE_DATA, PAGE_FILTER, PAGE_HEADER, PAGE_INDEX, PAYLOAD,
 };
 use super::{Region, RunMeta, RunOptions};
 use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};
@@ -340,6 +340,22 @@ pub struct RunBuilder {
     data_pages: u64,
     blob_pages: u64,
     item: Vec<u8>,
+    /// Fenced mode (FD-tree levels): fence items are accepted, and a data page that would
+    /// start with an entry starts with an internal fence instead.
+    fenced: bool,
+    /// Page of the last external fence added (what an internal fence points to).
+    last_ext_pid: Option<u64>,
+    /// Whether the last item added was a fence.
+    last_was_fence: bool,
+    /// Key of the last entry (not fence) added: a page starting with the same key is marked
+    /// [`AUX_CONT_PREV`].
+    last_entry_key: Option<Vec<u8>>,
+    /// The `aux` field of the data page being filled.
+    page_aux: u32,
+    /// Fence items added (internal ones included).
+    fences: u64,
+    /// When recording: per data page written, the key of its first item and its page number.
+    pages: Option<Vec<(Vec<u8>, u64)>>,
     /// Where a finish in steps stands (`None`: not started).
     fin: Option<Finish>,
     finished: bool,
@@ -417,6 +433,13 @@ impl RunBuilder {
             data_pages: 0,
             blob_pages: 0,
             item: Vec::new(),
+            fenced: false,
+            last_ext_pid: None,
+            last_was_fence: false,
+            last_entry_key: None,
+            page_aux: 0,
+            fences: 0,
+            pages: None,
             fin: None,
             finished: false,
         }
@@ -440,6 +463,131 @@ impl RunBuilder {
         self.sink.region
     }
 
+    /// Makes this a fenced run (an FD-tree level, `specs/fdtree.md` §3): it takes external
+    /// fences through [`RunBuilder::add_fence`], and every data page that would start with an
+    /// entry starts with an internal fence (the entry's key and seq, pointing where the last
+    /// external fence points), so that the first item of every page is a fence (Invariant 1).
+    /// Call before adding anything.
+    pub fn set_fenced(&mut self) {
+        self.fenced = true;
+    }
+
+    /// Records, for every data page written, the key of its first item and its page number
+    /// ([`RunBuilder::page_list`]): what the external fences of the level above are made of.
+    pub fn record_pages(&mut self) {
+        self.pages = Some(Vec::new());
+    }
+
+    /// The pages recorded so far (see [`RunBuilder::record_pages`]): complete once the run is
+    /// finished or [`RunBuilder::seal_page`] was called after the last item.
+    pub fn page_list(&self) -> &[(Vec<u8>, u64)] {
+        self.pages.as_deref().unwrap_or(&[])
+    }
+
+    /// Takes the recorded page list (see [`RunBuilder::record_pages`]).
+    pub fn take_page_list(&mut self) -> Vec<(Vec<u8>, u64)> {
+        self.pages.take().unwrap_or_default()
+    }
+
+    /// Fence items added so far (internal fences included); [`RunBuilder::entries`] counts
+    /// them too.
+    pub fn fences(&self) -> u64 {
+        self.fences
+    }
+
+    /// Writes the data page being filled now (it would be at `finish`), so that the page list
+    /// is complete.
+    pub fn seal_page(&mut self) -> Result<()> {
+        self.seal_data_page()
+    }
+
+    /// Appends an external fence pointing at page `pid` of the next lower level, with `key`
+    /// (the first key of that page; empty for its page 0, the MIN fence). Fences order before
+    /// every entry with the same key; only a fenced builder takes them.
+    pub fn add_fence(&mut self, key: &[u8], pid: u64) -> Result<()> {
+        if !self.fenced {
+            return Err(Error::InvalidOption(
+                "a fence added to a run that is not fenced".into(),
+            ));
+        }
+        let seq = u64::MAX;
+        if let Some((k, s)) = &self.last {
+            if cmp_entries(k, *s, key, seq) == Ordering::Greater {
+                debug_assert!(false, "fence out of order: ({k:?}, {s}) then ({key:?})");
+                return Err(Error::InvalidOption(format!(
+                    "run fence out of order after seq {s} (keys of {} and {} bytes)",
+                    k.len(),
+                    key.len()
+                )));
+            }
+        }
+        if key.len() > crate::entry::MAX_KEY_LEN {
+            return Err(Error::InvalidKey { len: key.len() });
+        }
+        self.item.clear();
+        encode_fence(&mut self.item, false, seq, key, pid);
+        self.place(key, seq, true)?;
+        self.last_ext_pid = Some(pid);
+        self.fences += 1;
+        self.note_item(key, seq, key.len() as u64);
+        self.last_was_fence = true;
+        Ok(())
+    }
+
+    /// Puts the item in `self.item` into the data page, starting a new page when it does not
+    /// fit (with an internal fence first in a fenced run, when the item is an entry).
+    fn place(&mut self, key: &[u8], seq: u64, fence: bool) -> Result<()> {
+        if !self.page.fits(self.item.len()) {
+            self.seal_data_page()?;
+        }
+        if self.page.len() == 0 {
+            if self.fenced && !fence {
+                let pid = self.last_ext_pid.ok_or_else(|| {
+                    Error::InvalidOption("a fenced run's first item must be a fence".into())
+                })?;
+                let mut f = Vec::new();
+                encode_fence(&mut f, true, seq, key, pid);
+                self.page.push(&f);
+                self.fences += 1;
+                self.entries += 1;
+                let kb = key.len() as u64;
+                self.page_bytes += kb;
+                self.user_bytes += kb;
+            }
+            self.page_first = Some(separator(self.last.as_ref(), key, seq));
+            self.page_aux = if !fence && self.last_entry_key.as_deref() == Some(key) {
+                AUX_CONT_PREV
+            } else {
+                0
+            };
+            if let Some(p) = &mut self.pages {
+                p.push((key.to_vec(), u64::MAX));
+            }
+        }
+        self.page.push(&self.item);
+        Ok(())
+    }
+
+    /// Counts an item placed (entry or fence) and makes it the last one.
+    fn note_item(&mut self, key: &[u8], seq: u64, user_bytes: u64) {
+        self.page_bytes += user_bytes;
+        self.user_bytes += user_bytes;
+        self.entries += 1;
+        if self.last.is_none() {
+            self.min_key = key.to_vec();
+        }
+        match &mut self.last {
+            Some((k, s)) => {
+                if k.as_slice() != key {
+                    k.clear();
+                    k.extend_from_slice(key);
+                }
+                *s = seq;
+            }
+            None => self.last = Some((key.to_vec(), seq)),
+        }
+    }
+
     /// Appends one entry. Entries must arrive in [`cmp_entries`] order with no (key, seq)
     /// twice: anything else is a bug of the caller (a debug assertion, and
     /// `Error::InvalidOption` in release builds). Keys and values are checked against the limits.
@@ -449,7 +597,9 @@ impl RunBuilder {
         let new_key = match &self.last {
             Some((k, s)) => {
                 let ord = cmp_entries(k, *s, &e.key, e.seq);
-                if ord != Ordering::Less {
+                // In a fenced run an entry follows its internal fence at the same position.
+                let tie_after_fence = ord == Ordering::Equal && self.last_was_fence;
+                if ord != Ordering::Less && !tie_after_fence {
                     debug_assert!(
                         false,
                         "run entries out of order: ({k:?}, {s}) then ({:?}, {})",
@@ -481,17 +631,7 @@ impl RunBuilder {
                 e.value.len() as u32,
             );
         }
-        if !self.page.fits(self.item.len()) {
-            self.seal_data_page()?;
-        }
-        if self.page.len() == 0 {
-            self.page_first = Some(separator(self.last.as_ref(), &e.key, e.seq));
-        }
-        self.page.push(&self.item);
-        let ub = e.user_bytes() as u64;
-        self.page_bytes += ub;
-        self.user_bytes += ub;
-        self.entries += 1;
+        self.place(&e.key, e.seq, false)?;
         self.min_seq = self.min_seq.min(e.seq);
         self.max_seq = self.max_seq.max(e.seq);
         if new_key {
@@ -499,18 +639,12 @@ impl RunBuilder {
                 f.add_key(&e.key);
             }
         }
-        if self.last.is_none() {
-            self.min_key = e.key.to_vec();
-        }
-        match &mut self.last {
-            Some((k, s)) => {
-                if new_key {
-                    k.clear();
-                    k.extend_from_slice(&e.key);
-                }
-                *s = e.seq;
-            }
-            None => self.last = Some((e.key.to_vec(), e.seq)),
+        self.note_item(&e.key, e.seq, e.user_bytes() as u64);
+        self.last_was_fence = false;
+        if self.last_entry_key.as_deref() != Some(&e.key[..]) {
+            let k = self.last_entry_key.get_or_insert_with(Vec::new);
+            k.clear();
+            k.extend_from_slice(&e.key);
         }
         Ok(())
     }
@@ -543,9 +677,13 @@ impl RunBuilder {
         };
         let entries = self.page.len() as u64;
         let page = &mut self.page;
+        let aux = self.page_aux;
         let child = self
             .sink
-            .put(1, |_, body| page.write_into(body, PAGE_DATA, 0))?;
+            .put(1, |_, body| page.write_with_aux(body, PAGE_DATA, 0, aux))?;
+        if let Some(last) = self.pages.as_mut().and_then(|p| p.last_mut()) {
+            last.1 = child;
+        }
         self.level1.push(IndexItem {
             key,
             seq,

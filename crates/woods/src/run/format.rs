@@ -30,6 +30,17 @@ pub const MAX_ITEM: usize = (PAGE_BODY - HEADER_LEN - 2 * 4) / 3;
 
 /// Flag in a data entry's kind byte: the value is a blob reference.
 pub const BLOB_FLAG: u8 = 0x80;
+/// Flag in a data item's kind byte: the item is a fence (FD-tree, `specs/fdtree.md` §3.2), not
+/// an entry. The low bits give its class ([`FENCE_EXTERNAL`] or [`FENCE_INTERNAL`]); a seq,
+/// a key and the u64 page number it points to follow.
+pub const FENCE_FLAG: u8 = 0x40;
+/// Fence class: an external fence (its key is the first key of the page it points to).
+pub const FENCE_EXTERNAL: u8 = 0;
+/// Fence class: an internal fence (at slot 0 only, with the key of the entry after it).
+pub const FENCE_INTERNAL: u8 = 1;
+/// Data page header `aux` bit: the page's first entry has the key of the previous data page's
+/// last entry (a key's versions continue from the page before; `specs/fdtree.md` pitfall 3).
+pub const AUX_CONT_PREV: u32 = 1;
 
 /// Magic at the start of the run header page's payload.
 pub const MAGIC: &[u8; 8] = b"WOODSRUN";
@@ -131,8 +142,13 @@ impl SlottedPage {
 
     /// Lays the page out into `body` (at least `PAGE_BODY` bytes, zeroed) and empties self.
     pub fn write_into(&mut self, body: &mut [u8], ty: u8, level: u8) {
+        self.write_with_aux(body, ty, level, 0)
+    }
+
+    /// [`SlottedPage::write_into`] with the header's `aux` field set.
+    pub fn write_with_aux(&mut self, body: &mut [u8], ty: u8, level: u8, aux: u32) {
         let n = self.starts.len();
-        put_header(body, ty, level, n as u16, 0);
+        put_header(body, ty, level, n as u16, aux);
         let base = HEADER_LEN + 2 * (n + 1);
         for (i, s) in self
             .starts
@@ -155,6 +171,21 @@ pub fn encode_data_inline(out: &mut Vec<u8>, kind: Kind, seq: u64, key: &[u8], v
     codec::put_varint(out, seq);
     codec::put_bytes(out, key);
     codec::put_bytes(out, value);
+}
+
+/// Encodes one fence item: `FENCE_FLAG | class`, seq, key, the page it points to.
+pub fn encode_fence(out: &mut Vec<u8>, internal: bool, seq: u64, key: &[u8], pid: u64) {
+    out.push(
+        FENCE_FLAG
+            | if internal {
+                FENCE_INTERNAL
+            } else {
+                FENCE_EXTERNAL
+            },
+    );
+    codec::put_varint(out, seq);
+    codec::put_bytes(out, key);
+    codec::put_u64(out, pid);
 }
 
 /// Encodes one data entry whose value lives in blob pages starting at `blob_page`.
@@ -210,9 +241,20 @@ pub enum ValueRef<'a> {
     Blob { page: u64, len: u32 },
 }
 
-/// A decoded data entry borrowing the page.
+/// What makes a data item a fence: its class and the page it points to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// An internal fence (at a page's slot 0) rather than an external one.
+    pub internal: bool,
+    /// The page of the next lower level it points to.
+    pub pid: u64,
+}
+
+/// A decoded data entry (or fence) borrowing the page.
 #[derive(Clone, Copy, Debug)]
 pub struct DataItem<'a> {
+    /// `Some` for a fence item (whose kind is `Put` and value empty, both meaningless).
+    pub fence: Option<Fence>,
     /// Entry kind.
     pub kind: Kind,
     /// Sequence number.
@@ -235,6 +277,34 @@ impl DataItem<'_> {
 
 fn decode_data<'b>(r: &mut Reader<'b>, page: u64, i: usize) -> Result<DataItem<'b>> {
     let b = r.u8()?;
+    if b & FENCE_FLAG != 0 && b & BLOB_FLAG == 0 {
+        let class = b & !FENCE_FLAG;
+        if class > FENCE_INTERNAL {
+            return Err(corrupt(
+                page,
+                format!("entry {i} is a fence of class {class}"),
+            ));
+        }
+        let seq = r.varint()?;
+        let key = r.bytes()?;
+        let pid = r.u64()?;
+        if !r.is_empty() {
+            return Err(corrupt(
+                page,
+                format!("{} stray bytes after fence {i}", r.remaining()),
+            ));
+        }
+        return Ok(DataItem {
+            fence: Some(Fence {
+                internal: class == FENCE_INTERNAL,
+                pid,
+            }),
+            kind: Kind::Put,
+            seq,
+            key,
+            value: ValueRef::Inline(&[]),
+        });
+    }
     let kind = Kind::from_u8(b & !BLOB_FLAG)?;
     let seq = r.varint()?;
     let key = r.bytes()?;
@@ -253,6 +323,7 @@ fn decode_data<'b>(r: &mut Reader<'b>, page: u64, i: usize) -> Result<DataItem<'
         ));
     }
     Ok(DataItem {
+        fence: None,
         kind,
         seq,
         key,
@@ -273,6 +344,8 @@ pub struct Node {
     pub level: u8,
     /// Number of items (at least one).
     pub count: usize,
+    /// The header's `aux` field (data pages: [`AUX_CONT_PREV`]).
+    pub aux: u32,
 }
 
 impl Node {
@@ -312,6 +385,7 @@ impl Node {
             off,
             level,
             count,
+            aux: h.aux,
         };
         let mut prev = base;
         for i in 0..=count {

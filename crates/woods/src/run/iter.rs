@@ -237,24 +237,34 @@ impl RunIter {
     }
 
     fn step(&mut self) -> Result<Option<Entry>> {
-        if !self.started {
-            self.started = true;
-            self.start()?;
-        } else if self.advance {
-            if self.reverse {
-                self.cursor.prev(&self.run, self.purpose)?;
-            } else {
-                self.cursor.next(&self.run, self.purpose)?;
+        loop {
+            if !self.started {
+                self.started = true;
+                self.start()?;
+            } else if self.advance {
+                if self.reverse {
+                    self.cursor.prev(&self.run, self.purpose)?;
+                } else {
+                    self.cursor.next(&self.run, self.purpose)?;
+                }
+            }
+            self.advance = true;
+            let Some((node, i)) = self.cursor.leaf() else {
+                return Ok(None);
+            };
+            let item = node.data(i)?;
+            if !self.in_bounds(item.key) {
+                return Ok(None);
+            }
+            // Fences (FD-tree levels) are not entries.
+            if item.fence.is_none() {
+                break;
             }
         }
-        self.advance = true;
         let Some((node, i)) = self.cursor.leaf() else {
             return Ok(None);
         };
         let item = node.data(i)?;
-        if !self.in_bounds(item.key) {
-            return Ok(None);
-        }
         self.run
             .entry(node.page, &item, self.purpose, Some(self.cursor.ahead()))
             .map(Some)
@@ -270,6 +280,63 @@ impl Iterator for RunIter {
         }
         match self.step() {
             Ok(Some(e)) => Some(Ok(e)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// The data pages of a run in order, with all their items (fences included), read ahead in
+/// large requests: how an FD-tree merge reads the external fences it keeps, and how its check
+/// walks a level. After an error it yields nothing more.
+pub(crate) struct DataPages {
+    run: Arc<Run>,
+    purpose: Purpose,
+    cursor: Cursor,
+    started: bool,
+    done: bool,
+}
+
+impl DataPages {
+    pub(crate) fn new(run: Arc<Run>, purpose: Purpose) -> DataPages {
+        DataPages {
+            run,
+            purpose,
+            cursor: Cursor::default(),
+            started: false,
+            done: false,
+        }
+    }
+
+    fn step(&mut self) -> Result<Option<Node>> {
+        if !self.started {
+            self.started = true;
+            self.cursor.seek_first(&self.run, self.purpose)?;
+        } else {
+            if let Some((n, i)) = self.cursor.path.last_mut() {
+                *i = n.count;
+            }
+            self.cursor.normalize_forward(&self.run, self.purpose)?;
+        }
+        Ok(self.cursor.leaf().map(|(n, _)| n.clone()))
+    }
+}
+
+impl Iterator for DataPages {
+    type Item = Result<Node>;
+
+    fn next(&mut self) -> Option<Result<Node>> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(n)) => Some(Ok(n)),
             Ok(None) => {
                 self.done = true;
                 None

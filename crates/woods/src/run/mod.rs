@@ -26,6 +26,7 @@ use std::sync::Arc;
 pub use builder::RunBuilder;
 #[cfg(test)]
 pub(crate) use builder::WRITES_IN_FLIGHT;
+pub(crate) use iter::DataPages;
 pub use iter::RunIter;
 pub use region::Region;
 
@@ -39,6 +40,7 @@ use format::{
     at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
     PAGE_HEADER, PAYLOAD,
 };
+pub use format::{Fence, AUX_CONT_PREV};
 
 /// How a run is built.
 #[derive(Clone, Copy, Debug)]
@@ -738,6 +740,10 @@ impl Run {
             if item.key != key {
                 break;
             }
+            if item.fence.is_some() {
+                c.next(self, p)?;
+                continue;
+            }
             let e = self.entry(node.page, &item, p, None)?;
             let stop = e.kind != Kind::Merge;
             out.push(e);
@@ -750,6 +756,31 @@ impl Run {
             rows.insert(self.id, hash, key, &out[start..]);
         }
         Ok(())
+    }
+
+    /// The data page `page` of this run, read through the cache (a user read): how an FD-tree
+    /// follows a fence to a page of the next level (`specs/fdtree.md` §4.1).
+    pub(crate) fn data_page(&self, page: u64) -> Result<Node> {
+        if !self.owns(page, 1) {
+            return Err(corrupt(page, "a fence points outside the run's extents"));
+        }
+        self.load(page, 0, Purpose::UserRead)
+    }
+
+    /// The run's data pages in order, read in large requests bypassing the cache (`purpose`
+    /// should not be `UserRead`), with every item, fences included.
+    pub(crate) fn data_pages(self: &Arc<Self>, purpose: Purpose) -> DataPages {
+        DataPages::new(self.clone(), purpose)
+    }
+
+    /// The entry a data item of page `page` holds (its blob value read when it has one).
+    pub(crate) fn item_entry(
+        &self,
+        page: u64,
+        item: &DataItem<'_>,
+        purpose: Purpose,
+    ) -> Result<Entry> {
+        self.entry(page, item, purpose, None)
     }
 
     /// An iterator over the entries with key in (`lo`, `hi`), all versions, in entry order or
@@ -945,16 +976,23 @@ impl Run {
             let mut bytes = 0u64;
             for i in 0..node.count {
                 let item = node.data(i)?;
+                let fence = item.fence.is_some();
                 if let Some((k, s)) = &st.last {
-                    if cmp_entries(k, *s, item.key, item.seq) != Ordering::Less {
+                    let ord = cmp_entries(k, *s, item.key, item.seq);
+                    // Fences order before the entries of their key: several at (key, MAX),
+                    // and an internal fence at the position of the entry after it.
+                    let tie = ord == Ordering::Equal && (fence || st.last_fence);
+                    if ord != Ordering::Less && !tie {
                         return Err(corrupt(node.page, format!("entry {i} is out of order")));
                     }
                 }
+                st.last_fence = fence;
+                st.fenced |= fence;
                 let new_key = st
                     .last
                     .as_ref()
                     .is_none_or(|(k, _)| k.as_slice() != item.key);
-                if new_key && !self.may_contain(item.key) {
+                if !fence && new_key && !self.may_contain(item.key) {
                     return Err(corrupt(
                         node.page,
                         format!("filter misses the key of entry {i}"),
@@ -968,8 +1006,10 @@ impl Run {
                 }
                 bytes += item.key.len() as u64 + item.value_len();
                 st.entries += 1;
-                st.min_seq = st.min_seq.min(item.seq);
-                st.max_seq = st.max_seq.max(item.seq);
+                if !fence {
+                    st.min_seq = st.min_seq.min(item.seq);
+                    st.max_seq = st.max_seq.max(item.seq);
+                }
                 st.last = Some((item.key.to_vec(), item.seq));
             }
             st.bytes += bytes;
@@ -981,7 +1021,8 @@ impl Run {
         for i in 0..node.count {
             let item = node.index(i)?;
             if let Some((k, s)) = &st.last {
-                if cmp_entries(k, *s, &item.key, item.seq) != Ordering::Less {
+                let ord = cmp_entries(k, *s, &item.key, item.seq);
+                if ord == Ordering::Greater || (ord == Ordering::Equal && !st.fenced) {
                     return Err(corrupt(
                         node.page,
                         format!("separator {i} does not order after the entries before it"),
@@ -1067,6 +1108,9 @@ impl LazyRun {
 
 /// What [`Run::check`] accumulates while walking the leaves in order.
 struct CheckState {
+    /// Whether the last item was a fence, and whether any was (a fenced run's items may tie).
+    last_fence: bool,
+    fenced: bool,
     entries: u64,
     bytes: u64,
     data_pages: u64,
@@ -1079,6 +1123,8 @@ struct CheckState {
 impl Default for CheckState {
     fn default() -> Self {
         CheckState {
+            last_fence: false,
+            fenced: false,
             entries: 0,
             bytes: 0,
             data_pages: 0,

@@ -1,0 +1,482 @@
+//! The merge (spec §4.4, Algorithm 3), planned first and done in bounded steps.
+//!
+//! When the head tree (a frozen memtable) is absorbed, [`plan`] computes where the cascade of
+//! Algorithm 3 ends: the first level `L_j` whose merged size (the head tree's entries and
+//! those of `L1..L_j`, `L_j`'s external fences, an internal fence per output page) stays under
+//! its capacity `k^j·|L0|`, or a new level below the lowest (spec §4.7). This is the "better
+//! option" of spec pitfall 6: one (j+1)-way merge writes the new `L_j` (all index entries of
+//! `L0..L_j`, versions resolved, with the external fences of `L_j`: `L_{j+1}` does not change),
+//! then the fence levels `L_{j-1}..L1` are rebuilt from the new pages, each holding one
+//! external fence per page of the level below (Property 1), and the head tree's fences from
+//! `L1`'s pages. The result equals the pairwise cascade's; the I/O differs (each level is
+//! read and written once rather than once per cascade step). A [`Job`] holds this work
+//! between steps so that it can be done in pieces (de-amortized mode, spec §4.8).
+
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::version::{HeadFence, Level, Version};
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::memtable::Memtable;
+use crate::merge::{Compactor, EntryIter, MergeIter};
+use crate::run::{DataPages, Run, RunBuilder, RunOptions};
+use crate::storage::{PageFile, Purpose, PAGE_SIZE};
+
+/// Work units (bytes) charged per entry or fence on top of its key and value bytes.
+const ITEM_UNITS: u64 = 16;
+
+/// Capacity of `L_i`, `|L0|·k^i` items (fences counted).
+pub fn capacity(i: usize, k: u64, l0: u64) -> u64 {
+    let mut c = l0;
+    for _ in 0..i {
+        c = c.saturating_mul(k);
+    }
+    c
+}
+
+/// What a level weighs for planning: index entries and data pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LevelSize {
+    pub entries: u64,
+    pub pages: u64,
+}
+
+/// The level (1-based) the cascade for a head tree of `mem_entries` entries (about
+/// `mem_pages` pages) ends at: the first `j` where `L0..L_j` merged fit under `L_j`'s
+/// capacity, counting an internal fence per page as an upper bound; `levels.len() + 1` (a new
+/// lowest level) when none does. Pure: the policy, testable without I/O.
+pub fn plan(levels: &[LevelSize], mem_entries: u64, mem_pages: u64, k: u64, l0: u64) -> usize {
+    let (mut entries, mut pages) = (mem_entries, mem_pages + 1);
+    for (j, l) in levels.iter().enumerate() {
+        entries += l.entries;
+        pages += l.pages;
+        let ext = levels.get(j + 1).map_or(0, |below| below.pages);
+        if entries + ext + pages < capacity(j + 1, k, l0) {
+            return j + 1;
+        }
+    }
+    levels.len() + 1
+}
+
+/// The tree's sizes a job needs: k, |L0| and the pages a merge writes in one request.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizing {
+    pub k: u64,
+    pub l0: u64,
+    pub chunk: u64,
+}
+
+/// External fences met while reading a level that keeps them, for the merge to interleave.
+type FenceQueue = Arc<Mutex<VecDeque<HeadFence>>>;
+
+/// The entries of a level read page by page for a merge (fences are not entries); with a
+/// queue, its external fences go there as they are passed, so that by the time the merge
+/// emits an entry every fence ordering before it has been queued.
+struct LevelEntries {
+    run: Arc<Run>,
+    pages: DataPages,
+    node: Option<crate::run::format::Node>,
+    slot: usize,
+    fences: Option<FenceQueue>,
+    done: bool,
+}
+
+impl LevelEntries {
+    fn new(run: Arc<Run>, fences: Option<FenceQueue>) -> LevelEntries {
+        let pages = run.data_pages(Purpose::Merge);
+        LevelEntries {
+            run,
+            pages,
+            node: None,
+            slot: 0,
+            fences,
+            done: false,
+        }
+    }
+
+    fn step(&mut self) -> Result<Option<Entry>> {
+        loop {
+            if let Some(n) = &self.node {
+                while self.slot < n.count {
+                    let item = n.data(self.slot)?;
+                    self.slot += 1;
+                    match item.fence {
+                        Some(f) => {
+                            if let (false, Some(q)) = (f.internal, &self.fences) {
+                                q.lock().push_back((item.key.to_vec(), f.pid));
+                            }
+                        }
+                        None => {
+                            return self.run.item_entry(n.page, &item, Purpose::Merge).map(Some)
+                        }
+                    }
+                }
+            }
+            match self.pages.next() {
+                None => return Ok(None),
+                Some(n) => {
+                    self.node = Some(n?);
+                    self.slot = 0;
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for LevelEntries {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        if self.done {
+            return None;
+        }
+        match self.step() {
+            Ok(Some(e)) => Some(Ok(e)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// Where a job stands.
+enum Stage {
+    /// Merging the head tree and `L1..L_j` into the new `L_j`.
+    Merge {
+        input: Box<Compactor<MergeIter>>,
+        fences: FenceQueue,
+        group: Vec<Entry>,
+        out: RunBuilder,
+    },
+    /// Writing the external fences of fence level `level` (over the level built last).
+    Fences {
+        level: usize,
+        pos: usize,
+        out: RunBuilder,
+    },
+    /// Finishing the run of `level` (index pages, header).
+    Finish { level: usize, out: RunBuilder },
+    /// Every level is built: ready to commit.
+    Ready,
+    /// Everything cancelled out (a merge into the lowest level left nothing): the tree is
+    /// empty.
+    Empty,
+}
+
+/// One cascade: the head tree `mem` merged down to `target`.
+pub struct Job {
+    pub mem: Arc<Memtable>,
+    pub base: Arc<Version>,
+    /// `j`, 1-based: the level the cascade ends at (`base.levels.len() + 1`: a new level).
+    pub target: usize,
+    /// Whether the new `L_j` is the lowest level (no fences; tombstones may go).
+    pub bottom: bool,
+    /// Estimated work units of the whole job, and those done.
+    pub total: u64,
+    pub done: u64,
+    stage: Stage,
+    /// Pages the builders allocate and write at a time.
+    chunk: u64,
+    /// Levels built, `L_j` first, then `L_{j-1}`, ... up to `L1`.
+    pub built: Vec<Arc<Level>>,
+    /// The page list of the level built last (page 0's key empty): the next level's fences.
+    pub pages: Vec<HeadFence>,
+    store: Arc<PageFile>,
+}
+
+fn builder(store: &Arc<PageFile>, fenced: bool, chunk: u64) -> RunBuilder {
+    let mut b = RunBuilder::new(
+        store.clone(),
+        RunOptions {
+            // The paper's FD-tree has no filters: a miss reads one page per level (§8 test 12).
+            bloom_bits_per_key: 0,
+            purpose: Purpose::Merge,
+            extent_pages: chunk,
+        },
+    );
+    if fenced {
+        b.set_fenced();
+    }
+    b.record_pages();
+    b
+}
+
+/// Pages a head tree's entries take in a run, about.
+fn mem_pages(mem: &Memtable) -> u64 {
+    (mem.user_bytes() + mem.len() as u64 * 20) / PAGE_SIZE as u64
+}
+
+/// The work units of a cascade to `target`: every entry and fence read moved once, and a
+/// run finished per level.
+fn units(mem: &Memtable, base: &Version, target: usize) -> u64 {
+    let mut total = mem.user_bytes() + ITEM_UNITS * mem.len() as u64;
+    for l in base.levels.iter().take(target) {
+        total += l.meta().user_bytes + ITEM_UNITS * l.items();
+    }
+    total + (target as u64 + 1) * PAGE_SIZE as u64
+}
+
+impl Job {
+    /// The work units the cascade for `mem` over `base` is planned to take.
+    pub fn estimate(mem: &Memtable, base: &Version, k: u64, l0: u64) -> u64 {
+        let sizes: Vec<LevelSize> = base
+            .levels
+            .iter()
+            .map(|l| LevelSize {
+                entries: l.entries(),
+                pages: l.pages(),
+            })
+            .collect();
+        units(
+            mem,
+            base,
+            plan(&sizes, mem.len() as u64, mem_pages(mem), k, l0),
+        )
+    }
+
+    /// Plans the cascade for `mem` over `base` and opens its inputs.
+    pub fn start(
+        store: &Arc<PageFile>,
+        mem: Arc<Memtable>,
+        base: Arc<Version>,
+        sizing: Sizing,
+        snapshots: Vec<u64>,
+        merge_op: Option<Arc<dyn crate::options::MergeOperator>>,
+    ) -> Result<Job> {
+        let Sizing { k, l0, chunk } = sizing;
+        let sizes: Vec<LevelSize> = base
+            .levels
+            .iter()
+            .map(|l| LevelSize {
+                entries: l.entries(),
+                pages: l.pages(),
+            })
+            .collect();
+        let target = plan(&sizes, mem.len() as u64, mem_pages(&mem), k, l0);
+        let bottom = target >= base.levels.len();
+        let fences: FenceQueue = Arc::default();
+        let mut sources: Vec<EntryIter> = vec![Box::new(mem.iter(
+            Bound::Unbounded,
+            Bound::Unbounded,
+            false,
+        ))];
+        for (i, l) in base.levels.iter().take(target).enumerate() {
+            let keep = i + 1 == target && !bottom;
+            sources.push(Box::new(LevelEntries::new(
+                l.run()?.clone(),
+                keep.then(|| fences.clone()),
+            )));
+        }
+        let total = units(&mem, &base, target);
+        let input = Compactor::new(MergeIter::new(sources, false), snapshots, bottom, merge_op);
+        Ok(Job {
+            mem,
+            base,
+            target,
+            bottom,
+            total,
+            done: 0,
+            stage: Stage::Merge {
+                input: Box::new(input),
+                fences,
+                group: Vec::new(),
+                out: builder(store, !bottom, chunk),
+            },
+            chunk,
+            built: Vec::new(),
+            pages: Vec::new(),
+            store: store.clone(),
+        })
+    }
+
+    /// Whether every level is built (or the tree emptied): the job can commit.
+    pub fn ready(&self) -> bool {
+        matches!(self.stage, Stage::Ready | Stage::Empty)
+    }
+
+    /// Whether the merge left nothing at all.
+    pub fn emptied(&self) -> bool {
+        matches!(self.stage, Stage::Empty)
+    }
+
+    /// Units left (at least 1 while the job is not committed).
+    pub fn debt(&self) -> u64 {
+        self.total.saturating_sub(self.done).max(1)
+    }
+
+    /// Does about `budget` units of work (at least one item or page); returns the units done.
+    pub fn step(&mut self, budget: u64) -> Result<u64> {
+        let start = self.done;
+        let mut left = budget.max(1);
+        while left > 0 && !self.ready() {
+            let before = self.done;
+            let finishing = matches!(self.stage, Stage::Finish { .. });
+            self.advance(left)?;
+            if finishing {
+                // At most one run is finished per step: finishing writes the run's last
+                // chunk, its index pages and its header, and waits for its writes.
+                break;
+            }
+            left = left.saturating_sub(self.done.saturating_sub(before).max(1));
+        }
+        Ok(self.done.saturating_sub(start))
+    }
+
+    fn advance(&mut self, budget: u64) -> Result<()> {
+        let stage = std::mem::replace(&mut self.stage, Stage::Ready);
+        self.stage = match stage {
+            Stage::Merge {
+                mut input,
+                fences,
+                mut group,
+                mut out,
+            } => {
+                let mut used = 0u64;
+                let mut end = false;
+                while used < budget {
+                    match input.next_group(&mut group) {
+                        None => {
+                            end = true;
+                            break;
+                        }
+                        Some(r) => r?,
+                    }
+                    for e in group.drain(..) {
+                        loop {
+                            let f = {
+                                let mut q = fences.lock();
+                                match q.front() {
+                                    Some((k, _)) if k.as_slice() <= &e.key[..] => q.pop_front(),
+                                    _ => None,
+                                }
+                            };
+                            let Some((k, pid)) = f else { break };
+                            used += k.len() as u64 + ITEM_UNITS;
+                            out.add_fence(&k, pid)?;
+                        }
+                        used += e.user_bytes() as u64 + ITEM_UNITS;
+                        out.add(&e)?;
+                    }
+                }
+                self.done = self.done.saturating_add(used);
+                if end {
+                    // The inputs are read to their ends: every fence is queued.
+                    let rest: Vec<HeadFence> = fences.lock().drain(..).collect();
+                    for (k, pid) in rest {
+                        self.done += k.len() as u64 + ITEM_UNITS;
+                        out.add_fence(&k, pid)?;
+                    }
+                    if out.entries() == 0 {
+                        out.abandon();
+                        Stage::Empty
+                    } else {
+                        Stage::Finish {
+                            level: self.target,
+                            out,
+                        }
+                    }
+                } else {
+                    Stage::Merge {
+                        input,
+                        fences,
+                        group,
+                        out,
+                    }
+                }
+            }
+            Stage::Fences {
+                level,
+                mut pos,
+                mut out,
+            } => {
+                let mut used = 0u64;
+                while used < budget && pos < self.pages.len() {
+                    let (k, pid) = &self.pages[pos];
+                    out.add_fence(k, *pid)?;
+                    used += k.len() as u64 + ITEM_UNITS;
+                    pos += 1;
+                }
+                self.done = self.done.saturating_add(used);
+                if pos < self.pages.len() {
+                    Stage::Fences { level, pos, out }
+                } else {
+                    Stage::Finish { level, out }
+                }
+            }
+            Stage::Finish { level, mut out } => {
+                let finished = out.finish_step(budget)?;
+                self.done = self.done.saturating_add(budget.min(4 * PAGE_SIZE as u64));
+                if !finished {
+                    Stage::Finish { level, out }
+                } else {
+                    let fences = out.fences();
+                    let mut pages = out.take_page_list();
+                    if let Some(first) = pages.first_mut() {
+                        first.0.clear();
+                    }
+                    let run = Run::from_builder(out)?;
+                    self.built.push(Arc::new(Level::built(run, fences)));
+                    self.pages = pages;
+                    if level <= 1 {
+                        Stage::Ready
+                    } else {
+                        Stage::Fences {
+                            level: level - 1,
+                            pos: 0,
+                            out: builder(&self.store, true, self.chunk),
+                        }
+                    }
+                }
+            }
+            s @ (Stage::Ready | Stage::Empty) => s,
+        };
+        Ok(())
+    }
+
+    /// Gives back the pages of every level built (the job is dropped without committing).
+    pub fn abort(self) {
+        for l in &self.built {
+            for e in l.extents() {
+                self.store.alloc().release(*e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_ends_the_cascade_at_the_first_level_that_fits() {
+        // k 4, |L0| 100: capacities 400, 1600, 6400 items.
+        let l = |entries, pages| LevelSize { entries, pages };
+        assert_eq!(plan(&[], 100, 1, 4, 100), 1, "an empty tree gets L1");
+        assert_eq!(plan(&[l(100, 2)], 100, 1, 4, 100), 1);
+        assert_eq!(
+            plan(&[l(300, 3)], 100, 1, 4, 100),
+            2,
+            "a full lowest level grows the tree"
+        );
+        // L1 would hold 400 entries and 10 fences into L2: over; L2 then fits.
+        assert_eq!(plan(&[l(300, 3), l(1000, 10)], 100, 1, 4, 100), 2);
+        assert_eq!(plan(&[l(300, 3), l(1500, 10)], 100, 1, 4, 100), 3);
+        // An internal fence per output page counts too.
+        assert_eq!(plan(&[l(390, 3)], 0, 8, 4, 100), 2);
+    }
+
+    #[test]
+    fn capacities_grow_by_k_and_saturate() {
+        assert_eq!(capacity(0, 10, 7), 7);
+        assert_eq!(capacity(3, 10, 7), 7000);
+        assert_eq!(capacity(80, 10, 7), u64::MAX);
+    }
+}

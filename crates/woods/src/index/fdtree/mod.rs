@@ -1,0 +1,506 @@
+//! `fdtree`: the FD-tree of Li, He, Yang, Luo and Yi (PVLDB 2010), specs/fdtree.md.
+//!
+//! The head tree `L0` is the Db's memtables (its index entries) plus, in memory, one external
+//! fence per page of `L1` ([`version::Version::head`]). Below it, the levels `L1..Ll` are runs
+//! built with the substrate's [`RunBuilder`] in fenced mode: entries in (key, class) order, an
+//! external fence per page of the next level (the first key of that page, the empty key for
+//! page 0: the MIN fence), and an internal fence at slot 0 of every page that would start
+//! with an entry, so that every page of a non-lowest level starts with a fence (Invariant 1).
+//! The lowest level holds no fences. Capacities are `|L_i| = k^i·|L0|` items, fences counted;
+//! `k` comes from the cost model ([`cost::choose_k`]) unless set, and is kept in the metadata.
+//!
+//! A point search ([`FdTree::get`]) reads one page per level: in each it finds the last item
+//! with a key at or below the search key, collects that key's entries scanning backward, and
+//! follows the first fence it meets to the next level. A key whose versions continue from the
+//! previous page (header bit `CONT_PREV`, spec pitfall 3) is looked up in that level through the
+//! run's own index instead. Deletes are woods' tombstones (the spec's filter entries): a merge
+//! cancels the versions a tombstone hides unless a live snapshot needs them, and drops the
+//! tombstone itself only in the lowest level. Merges: [`job`].
+//!
+//! Two ways to pay (the kind's `deamortized` parameter): plain, where the whole cascade is one
+//! unit of work (the Db does not pace this kind: the insert that finds the head tree full
+//! waits for the cascade, the paper's amortized tree), and de-amortized (spec §4.8 with
+//! corrections 2 and 3), where the cascade, planned when the head tree is absorbed, is done in
+//! steps of the budget the Db's debt pacing gives: the active memtable is the second head tree
+//! `L'_0`, every entry put into it (deletes included) pays its share, the merge finishes before
+//! `L'_0` fills, and `L'_0` never holds fences: the new head fences are installed with the new
+//! levels in one version switch. No insert then does more than one step of merge work: about
+//! `max(memtable_bytes / 256, 16 KiB)` of entries moved, written in requests of 16 pages
+//! ([`FdTree::chunk_pages`]) behind the step, two at most in flight, or finishes one run (its
+//! last chunk): at most `step + 48 pages` written, plus the index pages and header
+//! of a run and a manifest commit when the step finishes one (tested by
+//! `deamortized_work_is_bounded_per_call`).
+
+pub mod check;
+pub mod cost;
+pub mod job;
+pub mod version;
+
+#[cfg(test)]
+mod tests;
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use self::job::{capacity, Job, Sizing};
+use self::version::{decode_meta, encode_meta, open_levels, Level, Version};
+use super::{Epoch, Index, IndexContext, IndexStats};
+use crate::entry::{Entry, Kind};
+use crate::error::{Error, Result};
+use crate::manifest::Commit;
+use crate::memtable::Memtable;
+use crate::merge::EntryIter;
+use crate::options::FdTreeParams;
+use crate::run::{RunIter, AUX_CONT_PREV};
+use crate::storage::{Extent, Purpose};
+
+#[derive(Default)]
+struct Counters {
+    absorbs: AtomicU64,
+    merges: AtomicU64,
+    /// Cascades that ended at each level (index 0: L1).
+    ended_at: Mutex<Vec<u64>>,
+    levels_added: AtomicU64,
+    entries_merged: AtomicU64,
+    fallback_reads: AtomicU64,
+    largest_step: AtomicU64,
+}
+
+/// The FD-tree index.
+pub struct FdTree {
+    ctx: IndexContext,
+    params: FdTreeParams,
+    /// k and |L0| in items, as resolved when the tree was created.
+    k: u64,
+    l0: u64,
+    current: RwLock<Arc<Version>>,
+    /// The absorbed head tree waiting for its cascade.
+    queued: Mutex<Option<Arc<Memtable>>>,
+    /// The cascade under way (one at a time; held while a step runs).
+    job: Mutex<Option<Job>>,
+    /// Work units left: 0 when ready for the next memtable.
+    debt: AtomicU64,
+    durable: AtomicU64,
+    counters: Counters,
+}
+
+impl FdTree {
+    /// Opens the tree from its manifest metadata (empty: a new tree).
+    pub fn open(
+        ctx: IndexContext,
+        params: FdTreeParams,
+        meta: &[u8],
+        durable_seq: u64,
+    ) -> Result<FdTree> {
+        let epoch = Epoch::new(ctx.store.clone());
+        let (k, l0, levels, head) = if meta.is_empty() {
+            let l0 = match params.head_entries {
+                0 => (ctx.memtable_bytes / cost::MEMTABLE_ENTRY_BYTES).max(16),
+                n => n,
+            };
+            let k = match params.ratio {
+                0 => {
+                    cost::choose_k(
+                        params.expected_entries,
+                        l0,
+                        cost::fanout(),
+                        f64::from(params.search_percent) / 100.0,
+                        &cost::Device::default(),
+                    )
+                    .k
+                }
+                r => u64::from(r),
+            };
+            (k, l0, Vec::new(), Some(Vec::new()))
+        } else {
+            let m = decode_meta(meta)?;
+            (m.k, m.l0, open_levels(&ctx.store, m.levels), None)
+        };
+        Ok(FdTree {
+            ctx,
+            params,
+            k,
+            l0,
+            current: RwLock::new(Arc::new(Version::new(levels, head, epoch))),
+            queued: Mutex::new(None),
+            job: Mutex::new(None),
+            debt: AtomicU64::new(0),
+            durable: AtomicU64::new(durable_seq),
+            counters: Counters::default(),
+        })
+    }
+
+    /// k, the capacity ratio of adjacent levels.
+    pub fn ratio(&self) -> u64 {
+        self.k
+    }
+
+    /// |L0|, the head tree's capacity in entries.
+    pub fn head_entries(&self) -> u64 {
+        self.l0
+    }
+
+    /// Pages a merge writes in one request: 64 (256 KiB, near the paper's 512 KB unit) in
+    /// plain mode; 16 (64 KiB) de-amortized, where a step must not write much more than its
+    /// budget (the step's bound, [`FdTree`]'s doc).
+    pub fn chunk_pages(&self) -> u64 {
+        if self.params.deamortized {
+            16
+        } else {
+            64
+        }
+    }
+
+    /// The published version.
+    pub fn version(&self) -> Arc<Version> {
+        self.current.read().clone()
+    }
+
+    /// The most work units one call of `work` has done so far.
+    pub fn largest_step(&self) -> u64 {
+        self.counters.largest_step.load(Ordering::Relaxed)
+    }
+
+    fn refresh_debt(&self, job: &Option<Job>) {
+        let d = match job {
+            Some(j) => j.debt(),
+            None => match &*self.queued.lock() {
+                // Not started yet: the work its plan estimates.
+                Some(m) => Job::estimate(m, &self.version(), self.k, self.l0).max(1),
+                None => 0,
+            },
+        };
+        self.debt.store(d, Ordering::Release);
+    }
+
+    /// Runs the cascade: all of it in plain mode, about `budget` units de-amortized.
+    fn run_job(&self, slot: &mut Option<Job>, budget: u64) -> Result<u64> {
+        if slot.is_none() {
+            let Some(mem) = self.queued.lock().clone() else {
+                return Ok(0);
+            };
+            *slot = Some(Job::start(
+                &self.ctx.store,
+                mem,
+                self.version(),
+                Sizing {
+                    k: self.k,
+                    l0: self.l0,
+                    chunk: self.chunk_pages(),
+                },
+                self.ctx.snapshots.list(),
+                self.ctx.merge_op.clone(),
+            )?);
+        }
+        let Some(job) = slot.as_mut() else {
+            return Ok(0);
+        };
+        let mut done = 0u64;
+        if self.params.deamortized {
+            done = job.step(budget.max(1))?;
+        } else {
+            // The whole cascade in this call.
+            while !job.ready() {
+                done = done.saturating_add(job.step(u64::MAX)?);
+            }
+        }
+        if job.ready() {
+            if let Some(job) = slot.take() {
+                done = done.saturating_add(1);
+                self.commit(job)?;
+            }
+        }
+        Ok(done.max(1))
+    }
+
+    /// Makes a finished cascade durable (data file sync, manifest commit) and publishes it.
+    fn commit(&self, job: Job) -> Result<()> {
+        let base = job.base.clone();
+        let target = job.target;
+        let mut levels: Vec<Arc<Level>> = Vec::new();
+        let head = if job.emptied() {
+            Vec::new()
+        } else {
+            levels.extend(job.built.iter().rev().cloned());
+            levels.extend(base.levels.iter().skip(target).cloned());
+            job.pages.clone()
+        };
+        let retired: Vec<Extent> = base
+            .levels
+            .iter()
+            .take(target)
+            .flat_map(|l| l.extents().iter().copied())
+            .collect();
+        let added: Vec<Extent> = job
+            .built
+            .iter()
+            .flat_map(|l| l.extents().iter().copied())
+            .collect();
+        let durable_seq = job.mem.max_seq().max(self.durable.load(Ordering::Acquire));
+        let r = self.ctx.store.sync().and_then(|()| {
+            self.ctx.manifest.commit(Commit {
+                index_meta: encode_meta(self.k, self.l0, &levels),
+                durable_seq,
+                added,
+                freed: retired.clone(),
+            })
+        });
+        // On failure the manifest may or may not hold the new levels: their pages stay
+        // allocated.
+        r?;
+        let epoch = base.epoch.advance(retired);
+        let c = &self.counters;
+        c.merges.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut ended = c.ended_at.lock();
+            if ended.len() < target {
+                ended.resize(target, 0);
+            }
+            ended[target - 1] += 1;
+        }
+        if target > base.levels.len() {
+            c.levels_added.fetch_add(1, Ordering::Relaxed);
+        }
+        c.entries_merged
+            .fetch_add(job.mem.len() as u64, Ordering::Relaxed);
+        *self.current.write() = Arc::new(Version::new(levels, Some(head), epoch));
+        self.durable.store(durable_seq, Ordering::Release);
+        let mut q = self.queued.lock();
+        if q.as_ref().is_some_and(|m| Arc::ptr_eq(m, &job.mem)) {
+            *q = None;
+        }
+        Ok(())
+    }
+
+    /// Appends the versions of `key` visible at `seq` found in level `i` of `v`, reading the
+    /// page `pid` (one page; the run's index when the key continues from the page before);
+    /// returns the page to read in the next level and whether the search is over.
+    fn probe(
+        &self,
+        v: &Version,
+        i: usize,
+        pid: u64,
+        key: &[u8],
+        seq: u64,
+        out: &mut Vec<Entry>,
+    ) -> Result<(Option<u64>, bool)> {
+        let level = &v.levels[i];
+        let lowest = i + 1 == v.levels.len();
+        let run = level.run()?;
+        let node = run.data_page(pid)?;
+        // Items at or before (key, 0) are those with a key at or below `key`.
+        let mut j = node.upper_bound(key, 0)?;
+        let mut group: Vec<usize> = Vec::new();
+        let mut next = None;
+        while j > 0 {
+            j -= 1;
+            let item = node.data(j)?;
+            if let Some(f) = item.fence {
+                next = Some(f.pid);
+                break;
+            }
+            if item.key == key {
+                group.push(j);
+            } else if lowest {
+                break;
+            }
+        }
+        if !lowest && next.is_none() {
+            return Err(Error::corruption(
+                "fdtree",
+                Some(pid),
+                format!(
+                    "L{}: page without a fence before the search position",
+                    i + 1
+                ),
+            ));
+        }
+        // The first entry of the page is in the group and the page continues the key of the
+        // page before: the group may start there.
+        let continued = node.aux & AUX_CONT_PREV != 0 && {
+            let first_entry =
+                (0..node.count).find(|&s| node.data(s).is_ok_and(|d| d.fence.is_none()));
+            first_entry.is_some_and(|s| group.contains(&s))
+        };
+        if continued {
+            self.counters.fallback_reads.fetch_add(1, Ordering::Relaxed);
+            let start = out.len();
+            run.get(key, seq, out)?;
+            let done = out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge);
+            return Ok((next, done));
+        }
+        for &s in group.iter().rev() {
+            let item = node.data(s)?;
+            if item.seq > seq {
+                continue;
+            }
+            let e = run.item_entry(pid, &item, Purpose::UserRead)?;
+            let stop = e.kind != Kind::Merge;
+            out.push(e);
+            if stop {
+                return Ok((next, true));
+            }
+        }
+        Ok((next, false))
+    }
+}
+
+/// A level's iterator holding the version it reads (its pages stay allocated meanwhile).
+struct Pinned {
+    _v: Arc<Version>,
+    it: RunIter,
+}
+
+impl Iterator for Pinned {
+    type Item = Result<Entry>;
+    fn next(&mut self) -> Option<Result<Entry>> {
+        self.it.next()
+    }
+}
+
+impl Index for FdTree {
+    fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
+        self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
+        if mem.is_empty() {
+            return Ok(());
+        }
+        *self.queued.lock() = Some(mem);
+        self.refresh_debt(&None);
+        Ok(())
+    }
+
+    fn debt(&self) -> u64 {
+        self.debt.load(Ordering::Acquire)
+    }
+
+    fn work(&self, budget: u64) -> Result<u64> {
+        let mut slot = self.job.lock();
+        let r = self.run_job(&mut slot, budget);
+        if r.is_err() {
+            if let Some(job) = slot.take() {
+                job.abort();
+            }
+        }
+        self.refresh_debt(&slot);
+        if let Ok(n) = &r {
+            self.counters.largest_step.fetch_max(*n, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn durable_seq(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Spec §4.1: the head fence for `key`, then one page per level following fences, newest
+    /// level first, until a Put or Delete.
+    fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
+        let v = self.version();
+        let Some(mut pid) = v.head_page(key)? else {
+            return Ok(());
+        };
+        for i in 0..v.levels.len() {
+            let (next, done) = self.probe(&v, i, pid, key, seq, out)?;
+            if done {
+                return Ok(());
+            }
+            match next {
+                Some(p) => pid = p,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// One sorted source per level, all from one version. Deviation: each level is positioned
+    /// through its run's own index, not by the fence span of the level above (spec §4.2).
+    fn iter(
+        &self,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> Result<Vec<EntryIter>> {
+        let v = self.version();
+        let mut out: Vec<EntryIter> = Vec::with_capacity(v.levels.len());
+        for l in &v.levels {
+            out.push(Box::new(Pinned {
+                _v: v.clone(),
+                it: l
+                    .run()?
+                    .iter(lo.clone(), hi.clone(), reverse, Purpose::UserRead),
+            }));
+        }
+        Ok(out)
+    }
+
+    fn stats(&self) -> IndexStats {
+        let v = self.version();
+        let c = &self.counters;
+        let mut s = IndexStats {
+            kind: self.kind_name().into(),
+            height: v.levels.len() as u64,
+            ..Default::default()
+        };
+        s.absorbs = c.absorbs.load(Ordering::Relaxed);
+        for (name, a) in [
+            ("merges", &c.merges),
+            ("levels_added", &c.levels_added),
+            ("entries_merged", &c.entries_merged),
+            ("cont_prev_lookups", &c.fallback_reads),
+            ("largest_step_units", &c.largest_step),
+        ] {
+            s.counters.insert(name.into(), a.load(Ordering::Relaxed));
+        }
+        for (i, n) in c.ended_at.lock().iter().enumerate() {
+            s.counters
+                .insert(format!("cascades_ending_at_L{}", i + 1), *n);
+        }
+        s.shape.push(format!(
+            "k {} (|L_i| = k^i·|L0|), f {} entries of 16 bytes a page, {}",
+            self.k,
+            cost::fanout(),
+            if self.params.deamortized {
+                "de-amortized"
+            } else {
+                "plain"
+            }
+        ));
+        s.shape.push(format!(
+            "L0: head tree, capacity {} entries (the memtables) + {} fences into L1",
+            self.l0,
+            v.levels.first().map_or(0, |l| l.pages())
+        ));
+        for (i, l) in v.levels.iter().enumerate() {
+            let lowest = i + 1 == v.levels.len();
+            s.shape.push(format!(
+                "L{}: {} items / capacity {}{} ({} entries, {} fences), {} pages",
+                i + 1,
+                l.items(),
+                capacity(i + 1, self.k, self.l0),
+                if lowest { " (lowest)" } else { "" },
+                l.entries(),
+                l.fences,
+                l.pages()
+            ));
+            s.entries += l.entries();
+        }
+        s
+    }
+
+    fn check(&self) -> Result<u64> {
+        check::check(&self.version(), self.k, self.l0)
+    }
+}
+
+impl FdTree {
+    fn kind_name(&self) -> &'static str {
+        if self.params.deamortized {
+            "fdtree-d"
+        } else {
+            "fdtree"
+        }
+    }
+}
