@@ -41,6 +41,7 @@ pub use db::{Db, DbIter, Snapshot, Stats};
 pub use entry::{Entry, Kind, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use options::{
-    BTreeParams, Durability, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams,
+    BTreeParams, Durability, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, PbtParams,
+    StbeParams,
 };
 pub use repair::RepairReport;

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use woods::{BTreeParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, StbeParams};
+use woods::{
+    BTreeParams, IndexKind, LsmParams, MergeOperator, NbTreeParams, Options, PbtParams, StbeParams,
+};
 
 /// Appends operands to the value: the suite's merge operator.
 pub struct Append;
@@ -39,6 +41,14 @@ pub fn kinds() -> Vec<IndexKind> {
             dead_percent: 25,
             node_bytes: 128 << 10,
             ..StbeParams::default()
+        }),
+        // Half the suite's 256 KiB cache as PBT-Buffer: a switch every memtable or two, and
+        // partition merges all the time.
+        IndexKind::Pbt(PbtParams {
+            buffer_percent: 50,
+            write_pages: 8,
+            max_partitions: 4,
+            ..PbtParams::default()
         }),
     ]
 }

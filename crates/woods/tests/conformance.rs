@@ -306,6 +306,7 @@ fn model_test(kind: IndexKind) {
             "node_splits",
             "root_splits",
         ],
+        "pbt" => &["switches", "evictions", "merges", "splits"],
         "stbe" => &[
             "incorporations",
             "flushes",
@@ -1138,7 +1139,7 @@ macro_rules! suite {
     )*};
 }
 
-suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe");
+suite!(btree: "btree", lsm: "lsm", nbtree: "nbtree", stbe: "stbe", pbt: "pbt");
 
 /// The child side of the process-crash test: writes records in order and reports each
 /// acknowledgement (and whether background work was in flight) on stdout until killed.
@@ -1292,6 +1293,11 @@ fn crash_stbe() {
     crash_test(kind("stbe"))
 }
 
+#[test]
+fn crash_pbt() {
+    crash_test(kind("pbt"))
+}
+
 /// The child side of the memory test: loads data many times its budgets, reads it back and
 /// prints its peak resident memory.
 #[test]
@@ -1383,4 +1389,9 @@ fn memory_nbtree() {
 #[test]
 fn memory_stbe() {
     memory_test(kind("stbe"))
+}
+
+#[test]
+fn memory_pbt() {
+    memory_test(kind("pbt"))
 }

@@ -235,9 +235,14 @@ fn crash_points_stbe() {
     crash_points_test("stbe")
 }
 
+#[test]
+fn crash_points_pbt() {
+    crash_points_test("pbt")
+}
+
 /// Every kind of the suite is covered above.
 #[test]
 fn crash_points_cover_every_kind() {
     let names: Vec<&str> = kinds().iter().map(|k| k.name()).collect();
-    assert_eq!(names, ["btree", "lsm", "nbtree", "stbe"]);
+    assert_eq!(names, ["btree", "lsm", "nbtree", "stbe", "pbt"]);
 }

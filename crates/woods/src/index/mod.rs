@@ -8,6 +8,7 @@ pub mod btree;
 pub mod committer;
 pub mod lsm;
 pub mod nbtree;
+pub mod pbt;
 pub mod stbe;
 
 use std::collections::BTreeMap;
@@ -172,6 +173,9 @@ pub trait Index: Send + Sync {
     fn stall(&self) -> Stall {
         Stall::None
     }
+    /// The Db wants everything absorbed so far durable (a flush or close): a kind that keeps
+    /// absorbed data in memory past `absorb` (`pbt`'s ACTIVE partition) makes it debt now.
+    fn request_flush(&self) {}
     fn stats(&self) -> IndexStats;
     /// Verifies every page checksum and structural invariant; returns the number of entries.
     fn check(&self) -> Result<u64>;
@@ -189,5 +193,6 @@ pub fn open_index(
         IndexKind::Lsm(p) => Arc::new(lsm::Lsm::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::NbTree(p) => Arc::new(nbtree::NbTree::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Stbe(p) => Arc::new(stbe::Stbe::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::Pbt(p) => Arc::new(pbt::Pbt::open(ctx, p.clone(), meta, durable_seq)?),
     })
 }
