@@ -37,6 +37,14 @@ pub struct Persisted {
     pub min: Arc<[u8]>,
     pub max: Arc<[u8]>,
     pub bloom: Option<Bloom>,
+    /// In-process identity for the row cache (never reused: a partition is immutable).
+    pub id: u64,
+}
+
+/// A fresh in-process partition identity.
+pub fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Persisted {
@@ -164,6 +172,7 @@ pub fn decode(meta: &[u8], store: &PageFile) -> Result<Meta> {
             min,
             max,
             bloom,
+            id: next_id(),
         }));
     }
     Ok(Meta {

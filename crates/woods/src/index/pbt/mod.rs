@@ -409,6 +409,7 @@ impl Pbt {
             min: part.min.clone().unwrap_or_else(|| Arc::from(&[][..])),
             max: part.max.clone().unwrap_or_else(|| Arc::from(&[][..])),
             bloom,
+            id: meta::next_id(),
         });
         let mut parts = Vec::with_capacity(st.persisted.len() + 1);
         parts.push(p.clone());
@@ -571,6 +572,7 @@ impl Pbt {
                 min: min.clone().unwrap_or_else(|| Arc::from(&[][..])),
                 max: max.clone().unwrap_or_else(|| Arc::from(&[][..])),
                 bloom: bloom_filter,
+                id: meta::next_id(),
             })
         });
         if output.is_none() {
@@ -893,14 +895,29 @@ impl Index for Pbt {
         }
         let mut reader = None;
         let c = &self.counters;
+        let hash = crate::filter::bloom::hash64(key);
+        let rows = self.ctx.store.cache().rows();
         for p in &st.persisted {
             if !p.overlaps(Some(key), Some(key)) {
                 c.range_skips.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            if p.bloom.as_ref().is_some_and(|b| !b.may_contain(key)) {
+            if p.bloom.as_ref().is_some_and(|b| !b.may_contain_hash(hash)) {
                 c.bloom_skips.fetch_add(1, Ordering::Relaxed);
                 continue;
+            }
+            // A partition is immutable: what a lookup at its newest sequence number found is
+            // what any lookup at or above that finds.
+            if rows.enabled() {
+                if let Some(row) = rows.get(p.id, hash, key) {
+                    if row.first().is_none_or(|e| e.seq <= seq) {
+                        out.extend(row.iter().cloned());
+                        if row.last().is_some_and(|e| e.kind != Kind::Merge) {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                }
             }
             c.probes.fetch_add(1, Ordering::Relaxed);
             let r = reader.get_or_insert_with(|| self.reader(&st));
@@ -908,6 +925,9 @@ impl Index for Pbt {
             let ended = r.versions(&key::tree_key(p.pnum, key), seq, out)?;
             for e in &mut out[n0..] {
                 e.key = key::user_key(&e.key);
+            }
+            if rows.enabled() && seq >= p.max_seq {
+                rows.insert(p.id, hash, key, &out[n0..]);
             }
             if ended {
                 return Ok(());
@@ -1034,10 +1054,4 @@ impl Index for Pbt {
     fn check(&self) -> Result<u64> {
         self.check_all()
     }
-}
-
-/// Whether an entry ends a lookup (anything but a Merge operand).
-#[allow(dead_code)]
-fn ends_lookup(e: &Entry) -> bool {
-    e.kind != Kind::Merge
 }
