@@ -93,6 +93,17 @@ struct Evict {
     bloom: Vec<u8>,
 }
 
+/// A merged partition written out, not yet swapped in.
+struct Built {
+    w: ExtentWriter,
+    data: Extent,
+    children: Vec<Child>,
+    bloom: Option<BloomBuilder>,
+    min: Option<Arc<[u8]>>,
+    max: Option<Arc<[u8]>>,
+    entries: u64,
+}
+
 #[derive(Default)]
 struct Job {
     absorb: Option<Absorbing>,
@@ -468,85 +479,33 @@ impl Pbt {
         let inputs: Vec<Arc<Persisted>> = st.persisted[..n].to_vec();
         let bottom = n == st.persisted.len();
         let reader = self.reader(&st);
-        let mut sources = Vec::with_capacity(n);
-        for p in &inputs {
-            sources.push(Self::partition_iter(
-                reader.clone(),
-                p.pnum,
-                &Bound::Unbounded,
-                &Bound::Unbounded,
-                false,
-            )?);
-        }
-        let snapshots = self.ctx.snapshots.list();
-        let mut comp = Compactor::new(
-            MergeIter::new(sources, false),
-            snapshots,
-            bottom,
-            self.ctx.merge_op.clone(),
-        );
         let pnum = self.alloc_pnum()?;
         let store = &self.ctx.store;
         let upper: u64 = inputs.iter().map(|p| p.data.pages).sum();
-        let ext = store.alloc().alloc(upper * 2 + 16);
-        let mut w = ExtentWriter::new(ext, self.params.write_pages as usize, Purpose::Merge);
-        let mut bloom = (self.params.bloom_bits_per_key > 0)
-            .then(|| BloomBuilder::new(self.params.bloom_bits_per_key));
-        let mut children: Vec<Child> = Vec::new();
-        let mut leaf: Vec<LeafEntry> = Vec::new();
-        let mut leaf_bytes = 0;
-        let (mut min, mut max): (Option<Arc<[u8]>>, Option<Arc<[u8]>>) = (None, None);
-        let mut entries = 0u64;
-        let mut group = Vec::new();
-        let result = (|| -> Result<()> {
-            while let Some(r) = comp.next_group(&mut group) {
-                r?;
-                if group.is_empty() {
-                    continue;
-                }
-                let uk = group[0].key.clone();
-                if let Some(b) = bloom.as_mut() {
-                    b.add_key(&uk);
-                }
-                if min.is_none() {
-                    min = Some(uk.clone());
-                }
-                max = Some(uk.clone());
-                for e in group.drain(..) {
-                    let le = LeafEntry {
-                        key: key::tree_key(pnum, &e.key),
-                        seq: e.seq,
-                        kind: e.kind,
-                        val: Val::Inline(e.value),
-                    };
-                    let size = le.encoded_len();
-                    if !leaf.is_empty() && leaf_bytes + size > BODY_ROOM {
-                        children.push(w.leaf(store, &leaf)?);
-                        leaf.clear();
-                        leaf_bytes = 0;
-                    }
-                    leaf_bytes += size;
-                    leaf.push(le);
-                    entries += 1;
-                }
+        // Versions dropped and values folded make the output no larger than its inputs but for
+        // page rounding (a folded value moving out of line): the first try allows a little
+        // slack, and what is left over is freed at once; a second, rare, try allows double.
+        let mut tries = [upper + upper / 32 + 16, 2 * upper + 64].into_iter();
+        let built = loop {
+            let Some(pages) = tries.next() else {
+                return Err(corrupt(
+                    None,
+                    "a merged partition outgrew twice its inputs".into(),
+                ));
+            };
+            if let Some(b) = self.build_merge(&reader, &inputs, bottom, pnum, pages)? {
+                break b;
             }
-            if !leaf.is_empty() {
-                children.push(w.leaf(store, &leaf)?);
-            }
-            w.flush(store)
-        })();
-        let data = Extent {
-            start: ext.start,
-            pages: w.used,
         };
-        store.alloc().release(Extent {
-            start: ext.start + w.used,
-            pages: ext.pages - w.used,
-        });
-        if let Err(e) = result {
-            store.alloc().release(data);
-            return Err(e);
-        }
+        let Built {
+            w,
+            data,
+            children,
+            bloom,
+            min,
+            max,
+            entries,
+        } = built;
         let bloom = bloom.filter(|_| entries > 0).map(|b| b.finish());
         let (bloom_ext, bloom_len, bloom_filter) = match &bloom {
             Some(bytes) => {
@@ -652,6 +611,106 @@ impl Pbt {
         c.inner_pages_written
             .fetch_add(edit.pages_written, Ordering::Relaxed);
         Ok(w.pages.max(1) * PAGE_SIZE as u64)
+    }
+
+    /// Writes the merge of `inputs` as partition `pnum` into a fresh extent of `pages` pages;
+    /// `None` when it does not fit (the extent is freed again).
+    fn build_merge(
+        &self,
+        reader: &Arc<TreeReader>,
+        inputs: &[Arc<Persisted>],
+        bottom: bool,
+        pnum: u32,
+        pages: u64,
+    ) -> Result<Option<Built>> {
+        let mut sources = Vec::with_capacity(inputs.len());
+        for p in inputs {
+            sources.push(Self::partition_iter(
+                reader.clone(),
+                p.pnum,
+                &Bound::Unbounded,
+                &Bound::Unbounded,
+                false,
+            )?);
+        }
+        let mut comp = Compactor::new(
+            MergeIter::new(sources, false),
+            self.ctx.snapshots.list(),
+            bottom,
+            self.ctx.merge_op.clone(),
+        );
+        let store = &self.ctx.store;
+        let ext = store.alloc().alloc(pages);
+        let mut w = ExtentWriter::new(ext, self.params.write_pages as usize, Purpose::Merge);
+        let mut bloom = (self.params.bloom_bits_per_key > 0)
+            .then(|| BloomBuilder::new(self.params.bloom_bits_per_key));
+        let mut children: Vec<Child> = Vec::new();
+        let mut leaf: Vec<LeafEntry> = Vec::new();
+        let mut leaf_bytes = 0;
+        let (mut min, mut max): (Option<Arc<[u8]>>, Option<Arc<[u8]>>) = (None, None);
+        let mut entries = 0u64;
+        let mut group = Vec::new();
+        let result = (|| -> Result<()> {
+            while let Some(r) = comp.next_group(&mut group) {
+                r?;
+                if group.is_empty() {
+                    continue;
+                }
+                let uk = group[0].key.clone();
+                if let Some(b) = bloom.as_mut() {
+                    b.add_key(&uk);
+                }
+                if min.is_none() {
+                    min = Some(uk.clone());
+                }
+                max = Some(uk.clone());
+                for e in group.drain(..) {
+                    let le = LeafEntry {
+                        key: key::tree_key(pnum, &e.key),
+                        seq: e.seq,
+                        kind: e.kind,
+                        val: Val::Inline(e.value),
+                    };
+                    let size = le.encoded_len();
+                    if !leaf.is_empty() && leaf_bytes + size > BODY_ROOM {
+                        children.push(w.leaf(store, &leaf)?);
+                        leaf.clear();
+                        leaf_bytes = 0;
+                    }
+                    leaf_bytes += size;
+                    leaf.push(le);
+                    entries += 1;
+                }
+            }
+            if !leaf.is_empty() {
+                children.push(w.leaf(store, &leaf)?);
+            }
+            w.flush(store)
+        })();
+        let data = Extent {
+            start: ext.start,
+            pages: w.used,
+        };
+        store.alloc().release(Extent {
+            start: ext.start + w.used,
+            pages: ext.pages - w.used,
+        });
+        if let Err(e) = result {
+            store.alloc().release(data);
+            if w.overflowed {
+                return Ok(None);
+            }
+            return Err(e);
+        }
+        Ok(Some(Built {
+            w,
+            data,
+            children,
+            bloom,
+            min,
+            max,
+            entries,
+        }))
     }
 
     // ---- check ---------------------------------------------------------------------------

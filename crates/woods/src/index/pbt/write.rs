@@ -28,6 +28,8 @@ pub struct ExtentWriter {
     /// Write requests issued and pages written.
     pub writes: u64,
     pub pages: u64,
+    /// Whether a page was asked for past the extent's end.
+    pub overflowed: bool,
 }
 
 impl ExtentWriter {
@@ -42,12 +44,23 @@ impl ExtentWriter {
             purpose,
             writes: 0,
             pages: 0,
+            overflowed: false,
         }
     }
 
     /// The next page, filled by `fill` (its body); returns its page number.
     pub fn page(&mut self, store: &PageFile, fill: impl FnOnce(&mut [u8])) -> Result<u64> {
-        debug_assert!(self.used < self.ext.pages, "extent overflow");
+        if self.used >= self.ext.pages {
+            self.overflowed = true;
+            return Err(crate::error::Error::corruption(
+                "pbt",
+                None,
+                format!(
+                    "a partition outgrew the {} pages allocated for it",
+                    self.ext.pages
+                ),
+            ));
+        }
         let page = self.ext.start + self.used;
         let at = self.in_buf * PAGE_SIZE;
         self.buf[at..at + PAGE_SIZE].fill(0);
