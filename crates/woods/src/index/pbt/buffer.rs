@@ -275,7 +275,7 @@ impl BufferIter {
         let first_not = |before: &dyn Fn(&LeafEntry) -> bool| -> usize {
             let li = part
                 .leaves
-                .partition_point(|l| l.last().is_some_and(|e| before(e)));
+                .partition_point(|l| l.last().is_some_and(before));
             match part.leaves.get(li) {
                 Some(l) => offsets[li] + l.partition_point(|e| before(e)),
                 None => n,

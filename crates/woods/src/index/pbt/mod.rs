@@ -647,7 +647,8 @@ impl Pbt {
         let mut children: Vec<Child> = Vec::new();
         let mut leaf: Vec<LeafEntry> = Vec::new();
         let mut leaf_bytes = 0;
-        let (mut min, mut max): (Option<Arc<[u8]>>, Option<Arc<[u8]>>) = (None, None);
+        let mut min: Option<Arc<[u8]>> = None;
+        let mut max: Option<Arc<[u8]>> = None;
         let mut entries = 0u64;
         let mut group = Vec::new();
         let result = (|| -> Result<()> {

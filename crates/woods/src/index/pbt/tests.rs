@@ -17,6 +17,9 @@ use crate::options::{MergeOperator, PbtParams};
 use crate::storage::{FaultFs, Purpose, PAGE_SIZE};
 use crate::testutil::{fault_ctx, reopen_fault_ctx, seed};
 
+/// Every version ever written: key -> seq -> (kind, value).
+type Model = BTreeMap<Vec<u8>, BTreeMap<u64, (Kind, Vec<u8>)>>;
+
 struct Append;
 
 impl MergeOperator for Append {
@@ -218,12 +221,12 @@ fn model_with_switches_merges_and_crashes() {
     };
     let mut idx = Pbt::open(ctx(&fs), params.clone(), &[], 0).expect("open");
     // Every version ever written: key -> seq -> (kind, value); and the memtables (the WAL).
-    let mut model: BTreeMap<Vec<u8>, BTreeMap<u64, (Kind, Vec<u8>)>> = BTreeMap::new();
+    let mut model: Model = BTreeMap::new();
     let mut wal: Vec<Arc<Memtable>> = Vec::new();
     let mut seq = 0u64;
     let keys = 300u64;
     let key = |i: u64| format!("k{:05}", i).into_bytes();
-    let want = |model: &BTreeMap<Vec<u8>, BTreeMap<u64, (Kind, Vec<u8>)>>, k: &[u8], at: u64| {
+    let want = |model: &Model, k: &[u8], at: u64| {
         let vs: Vec<Entry> = model
             .get(k)
             .map(|m| {

@@ -292,14 +292,11 @@ impl<'a> TreeEdit<'a> {
         }
         // Child i covers keys from its separator (the first child: from the start) to the next.
         let n = children.len();
-        let target = match new.first() {
-            Some(f) => Some(
-                children[1..]
-                    .partition_point(|c| c.key[..] <= f.key[..])
-                    .min(n - 1),
-            ),
-            None => None,
-        };
+        let target = new.first().map(|f| {
+            children[1..]
+                .partition_point(|c| c.key[..] <= f.key[..])
+                .min(n - 1)
+        });
         let mut out = Vec::with_capacity(n + 2);
         for (i, c) in children.iter().enumerate() {
             let starts_before_hi = i == 0 || c.key[..] < *hi;
