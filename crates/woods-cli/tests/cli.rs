@@ -348,6 +348,35 @@ fn load_verify_stbe() {
     load_then_verify("stbe");
 }
 
+#[test]
+fn load_verify_pbt() {
+    load_then_verify("pbt");
+}
+
+/// `woods stats` lists the partitions with their states, sizes and filters; `woods check`
+/// verifies the partition invariants.
+#[test]
+fn pbt_stats_and_check() {
+    let d = tmp();
+    let db = d.path().join("db");
+    let db = path(&db);
+    ok(&[
+        "load",
+        db,
+        "--index",
+        "pbt",
+        "--records",
+        "60000",
+        "--memtable-bytes",
+        "256K",
+    ]);
+    assert!(ok(&["check", db]).ends_with(" entries ok\n"));
+    let stats = ok(&["stats", db]);
+    assert!(stats.contains("PERSISTED"), "{stats}");
+    assert!(stats.contains("bloom"), "{stats}");
+    assert!(stats.contains("partition "), "{stats}");
+}
+
 /// `woods stats` shows the size-tiered trunk (a line per trunk level with its branch
 /// references, the distinct branches) and the maintenance counters; `woods check` verifies its
 /// invariants.
@@ -574,6 +603,16 @@ fn crash_sync_stbe() {
 #[test]
 fn crash_buffered_stbe() {
     crash_buffered("stbe");
+}
+
+#[test]
+fn crash_sync_pbt() {
+    crash_sync("pbt");
+}
+
+#[test]
+fn crash_buffered_pbt() {
+    crash_buffered("pbt");
 }
 
 /// Regression (issue 17, item 1): `woods put` on a database whose CURRENT file was lost created
