@@ -262,7 +262,7 @@ pub struct PbtParams {
     /// positives); 0 builds no filters.
     pub bloom_bits_per_key: u32,
     /// Pages per write while a partition is evicted or merged (its pages are written in order,
-    /// one extent, this many at a time).
+    /// into extents allocated this many pages at a time, and written this many at a time).
     pub write_pages: u32,
     /// Partition merge (spec §3.9): the most persisted partitions kept before the newest ones
     /// are merged; with merge on, newer partitions are also merged as soon as together they

@@ -4,12 +4,16 @@
 //! live in the PBT-Buffer and are rebuilt from the WAL after a crash. Layout (little-endian):
 //!
 //! ```text
-//! version u8 = 1, root u64, height u32, next_pnum u32, count u32,
+//! version u8 = 2, root u64, height u32, next_pnum u32, count u32,
 //! then per partition, newest first:
 //!   pnum u32, max_seq u64, entries u64, leaves u64,
-//!   data_start u64, data_pages u64, bloom_start u64, bloom_pages u64, bloom_len u32,
+//!   data_count u32, data_count * (start u64, pages u64),
+//!   bloom_start u64, bloom_pages u64, bloom_len u32,
 //!   min_len u16, min, max_len u16, max
 //! ```
+//!
+//! Version 1 (still read) had one data extent, `data_start u64, data_pages u64`, in place of
+//! the list.
 
 use std::sync::Arc;
 
@@ -28,8 +32,8 @@ pub struct Persisted {
     pub entries: u64,
     /// Leaf pages.
     pub leaves: u64,
-    /// Its leaves and out-of-line values, written in order.
-    pub data: Extent,
+    /// Its leaves and out-of-line values, written in order, in these extents.
+    pub data: Vec<Extent>,
     /// Its bloom filter's pages (0 pages: no filter).
     pub bloom_ext: Extent,
     pub bloom_len: u32,
@@ -53,16 +57,30 @@ impl Persisted {
         lo.is_none_or(|l| l <= &self.max[..]) && hi.is_none_or(|h| h >= &self.min[..])
     }
 
+    /// Pages its leaves and values take.
+    pub fn data_pages(&self) -> u64 {
+        self.data.iter().map(|e| e.pages).sum()
+    }
+
+    /// Whether pages [start, start + n) lie in one of its data extents.
+    pub fn holds(&self, start: u64, n: u64) -> bool {
+        self.data
+            .iter()
+            .any(|e| start >= e.start && start.saturating_add(n) <= e.start + e.pages)
+    }
+
     /// Bytes on disk.
     pub fn bytes(&self) -> u64 {
-        (self.data.pages + self.bloom_ext.pages) * PAGE_SIZE as u64
+        (self.data_pages() + self.bloom_ext.pages) * PAGE_SIZE as u64
     }
 
     /// Extents it owns.
     pub fn extents(&self) -> Vec<Extent> {
-        [self.data, self.bloom_ext]
-            .into_iter()
+        self.data
+            .iter()
+            .chain([&self.bloom_ext])
             .filter(|e| e.pages > 0)
+            .copied()
             .collect()
     }
 }
@@ -76,22 +94,22 @@ pub struct Meta {
 }
 
 pub fn encode(root: u64, height: u32, next_pnum: u32, parts: &[Arc<Persisted>]) -> Vec<u8> {
-    let mut out = vec![1u8];
+    let mut out = vec![2u8];
     codec::put_u64(&mut out, root);
     codec::put_u32(&mut out, height);
     codec::put_u32(&mut out, next_pnum);
     codec::put_u32(&mut out, parts.len() as u32);
     for p in parts {
         codec::put_u32(&mut out, p.pnum);
-        for v in [
-            p.max_seq,
-            p.entries,
-            p.leaves,
-            p.data.start,
-            p.data.pages,
-            p.bloom_ext.start,
-            p.bloom_ext.pages,
-        ] {
+        for v in [p.max_seq, p.entries, p.leaves] {
+            codec::put_u64(&mut out, v);
+        }
+        codec::put_u32(&mut out, p.data.len() as u32);
+        for e in &p.data {
+            codec::put_u64(&mut out, e.start);
+            codec::put_u64(&mut out, e.pages);
+        }
+        for v in [p.bloom_ext.start, p.bloom_ext.pages] {
             codec::put_u64(&mut out, v);
         }
         codec::put_u32(&mut out, p.bloom_len);
@@ -119,7 +137,7 @@ pub fn decode(meta: &[u8], store: &PageFile) -> Result<Meta> {
     }
     let mut r = Reader::new(meta, "pbt metadata");
     let v = r.u8()?;
-    if v != 1 {
+    if v != 1 && v != 2 {
         return Err(bad(format!("version {v}")));
     }
     let root = r.u64()?;
@@ -132,10 +150,14 @@ pub fn decode(meta: &[u8], store: &PageFile) -> Result<Meta> {
         let max_seq = r.u64()?;
         let entries = r.u64()?;
         let leaves = r.u64()?;
-        let data = Extent {
-            start: r.u64()?,
-            pages: r.u64()?,
-        };
+        let data_count = if v == 1 { 1 } else { r.u32()? as usize };
+        let mut data = Vec::with_capacity(data_count.min(1 << 16));
+        for _ in 0..data_count {
+            data.push(Extent {
+                start: r.u64()?,
+                pages: r.u64()?,
+            });
+        }
         let bloom_ext = Extent {
             start: r.u64()?,
             pages: r.u64()?,

@@ -38,7 +38,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::buffer::Buffered;
 use self::meta::Persisted;
-use self::write::{leaf_pages, ExtentWriter, TreeEdit};
+use self::write::{ExtentWriter, TreeEdit};
 use super::btree::node::{Child, LeafEntry, Val, BODY_ROOM};
 use super::btree::tree::{LeafCursor, TreeReader};
 use super::{Epoch, Index, IndexContext, IndexStats};
@@ -86,17 +86,17 @@ struct Absorbing {
 struct Evict {
     part: Arc<Buffered>,
     writer: ExtentWriter,
-    /// Pages its leaves and values take (the bloom follows them in the same extent).
-    data_pages: u64,
     next_leaf: usize,
     children: Vec<Child>,
     bloom: Vec<u8>,
+    /// Where the bloom filter went: the last pages written, so the data extents are the
+    /// writer's less these.
+    bloom_ext: Extent,
 }
 
 /// A merged partition written out, not yet swapped in.
 struct Built {
     w: ExtentWriter,
-    data: Extent,
     children: Vec<Child>,
     bloom: Option<BloomBuilder>,
     min: Option<Arc<[u8]>>,
@@ -332,7 +332,7 @@ impl Pbt {
     }
 
     /// Starts writing out the CLOSING partition: its bloom filter over every entry's key
-    /// (tombstones and merge operands included: correction 3), one extent for everything.
+    /// (tombstones and merge operands included: correction 3), which follows the leaves.
     fn start_evict(&self, part: Arc<Buffered>) -> Evict {
         let mut bloom = Vec::new();
         if self.params.bloom_bits_per_key > 0 {
@@ -348,16 +348,13 @@ impl Pbt {
             }
             bloom = b.finish();
         }
-        let data_pages: u64 = part.leaves.iter().map(|l| leaf_pages(l)).sum();
-        let bloom_pages = bloom.len().div_ceil(crate::storage::PAGE_BODY) as u64;
-        let ext = self.ctx.store.alloc().alloc(data_pages + bloom_pages);
         Evict {
-            writer: ExtentWriter::new(ext, self.params.write_pages as usize, Purpose::Flush),
+            writer: ExtentWriter::new(self.params.write_pages as usize, Purpose::Flush),
             part,
-            data_pages,
             next_leaf: 0,
             children: Vec::new(),
             bloom,
+            bloom_ext: Extent { start: 0, pages: 0 },
         }
     }
 
@@ -365,9 +362,9 @@ impl Pbt {
     /// bytes and whether every page is written.
     fn evict_step(&self, ev: &mut Evict, budget: u64) -> Result<(u64, bool)> {
         let store = &self.ctx.store;
-        let before = ev.writer.used;
+        let before = ev.writer.used();
         let budget_pages = (budget / PAGE_SIZE as u64).max(self.params.write_pages as u64);
-        while ev.next_leaf < ev.part.leaves.len() && ev.writer.used - before < budget_pages {
+        while ev.next_leaf < ev.part.leaves.len() && ev.writer.used() - before < budget_pages {
             let c = ev.writer.leaf(store, &ev.part.leaves[ev.next_leaf])?;
             ev.children.push(c);
             ev.next_leaf += 1;
@@ -375,11 +372,11 @@ impl Pbt {
         let done = ev.next_leaf == ev.part.leaves.len();
         if done {
             let bloom = std::mem::take(&mut ev.bloom);
-            ev.writer.bytes(store, &bloom)?;
-            ev.writer.flush(store)?;
+            ev.bloom_ext = ev.writer.bytes(store, &bloom)?;
+            ev.writer.finish(store)?;
             ev.bloom = bloom;
         }
-        Ok(((ev.writer.used - before) * PAGE_SIZE as u64, done))
+        Ok(((ev.writer.used() - before) * PAGE_SIZE as u64, done))
     }
 
     /// Puts the written partition into the tree and commits: one manifest edit.
@@ -395,15 +392,25 @@ impl Pbt {
             &ev.children,
         )?;
         self.ctx.store.sync()?;
-        let ext = ev.writer.ext;
-        let data = Extent {
-            start: ext.start,
-            pages: ev.data_pages,
-        };
-        let bloom_ext = Extent {
-            start: ext.start + ev.data_pages,
-            pages: ext.pages - ev.data_pages,
-        };
+        let bloom_ext = ev.bloom_ext;
+        let mut data = ev.writer.exts.clone();
+        if bloom_ext.pages > 0 {
+            // The bloom's pages are the end of the last extent.
+            match data.last_mut() {
+                Some(l) if l.start + l.pages == bloom_ext.start + bloom_ext.pages => {
+                    l.pages -= bloom_ext.pages;
+                    if l.pages == 0 {
+                        data.pop();
+                    }
+                }
+                _ => {
+                    return Err(corrupt(
+                        None,
+                        "an evicted partition's bloom is not its last pages".into(),
+                    ))
+                }
+            }
+        }
         let bloom = if ev.bloom.is_empty() {
             None
         } else {
@@ -481,39 +488,31 @@ impl Pbt {
         let reader = self.reader(&st);
         let pnum = self.alloc_pnum()?;
         let store = &self.ctx.store;
-        let upper: u64 = inputs.iter().map(|p| p.data.pages).sum();
-        // Versions dropped and values folded make the output no larger than its inputs but for
-        // page rounding (a folded value moving out of line): the first try allows a little
-        // slack, and what is left over is freed at once; a second, rare, try allows double.
-        let mut tries = [upper + upper / 32 + 16, 2 * upper + 64].into_iter();
-        let built = loop {
-            let Some(pages) = tries.next() else {
-                return Err(corrupt(
-                    None,
-                    "a merged partition outgrew twice its inputs".into(),
-                ));
-            };
-            if let Some(b) = self.build_merge(&reader, &inputs, bottom, pnum, pages)? {
-                break b;
-            }
-        };
         let Built {
-            w,
-            data,
+            mut w,
             children,
             bloom,
             min,
             max,
             entries,
-        } = built;
+        } = self.build_merge(&reader, &inputs, bottom, pnum)?;
+        let data = w.exts.clone();
         let bloom = bloom.filter(|_| entries > 0).map(|b| b.finish());
         let (bloom_ext, bloom_len, bloom_filter) = match &bloom {
             Some(bytes) => {
                 let pages = bytes.len().div_ceil(crate::storage::PAGE_BODY) as u64;
-                let bext = store.alloc().alloc(pages);
-                let mut bw = ExtentWriter::new(bext, pages as usize, Purpose::Merge);
-                bw.bytes(store, bytes)?;
-                bw.flush(store)?;
+                let mut bw = ExtentWriter::new(pages as usize, Purpose::Merge);
+                let bext = match bw
+                    .bytes(store, bytes)
+                    .and_then(|e| bw.finish(store).map(|_| e))
+                {
+                    Ok(e) => e,
+                    Err(e) => {
+                        bw.release_all(store);
+                        w.release_all(store);
+                        return Err(e);
+                    }
+                };
                 let f = crate::filter::bloom::Bloom::from_bytes(bytes.clone())?;
                 (bext, bytes.len() as u32, Some(f))
             }
@@ -535,7 +534,7 @@ impl Pbt {
             })
         });
         if output.is_none() {
-            store.alloc().release(data);
+            w.release_all(store);
         }
         // Swap: the inputs' key ranges go, the output's comes in, in one manifest edit.
         let _job = self.job.lock();
@@ -613,16 +612,15 @@ impl Pbt {
         Ok(w.pages.max(1) * PAGE_SIZE as u64)
     }
 
-    /// Writes the merge of `inputs` as partition `pnum` into a fresh extent of `pages` pages;
-    /// `None` when it does not fit (the extent is freed again).
+    /// Writes the merge of `inputs` as partition `pnum` into fresh extents the writer
+    /// allocates as it goes (all given back on an error).
     fn build_merge(
         &self,
         reader: &Arc<TreeReader>,
         inputs: &[Arc<Persisted>],
         bottom: bool,
         pnum: u32,
-        pages: u64,
-    ) -> Result<Option<Built>> {
+    ) -> Result<Built> {
         let mut sources = Vec::with_capacity(inputs.len());
         for p in inputs {
             sources.push(Self::partition_iter(
@@ -640,8 +638,7 @@ impl Pbt {
             self.ctx.merge_op.clone(),
         );
         let store = &self.ctx.store;
-        let ext = store.alloc().alloc(pages);
-        let mut w = ExtentWriter::new(ext, self.params.write_pages as usize, Purpose::Merge);
+        let mut w = ExtentWriter::new(self.params.write_pages as usize, Purpose::Merge);
         let mut bloom = (self.params.bloom_bits_per_key > 0)
             .then(|| BloomBuilder::new(self.params.bloom_bits_per_key));
         let mut children: Vec<Child> = Vec::new();
@@ -686,32 +683,20 @@ impl Pbt {
             if !leaf.is_empty() {
                 children.push(w.leaf(store, &leaf)?);
             }
-            w.flush(store)
+            w.finish(store)
         })();
-        let data = Extent {
-            start: ext.start,
-            pages: w.used,
-        };
-        store.alloc().release(Extent {
-            start: ext.start + w.used,
-            pages: ext.pages - w.used,
-        });
         if let Err(e) = result {
-            store.alloc().release(data);
-            if w.overflowed {
-                return Ok(None);
-            }
+            w.release_all(store);
             return Err(e);
         }
-        Ok(Some(Built {
+        Ok(Built {
             w,
-            data,
             children,
             bloom,
             min,
             max,
             entries,
-        }))
+        })
     }
 
     // ---- check ---------------------------------------------------------------------------
@@ -765,7 +750,7 @@ impl Pbt {
                 ));
             };
             let p = &st.persisted[slot.0];
-            let within = |s: u64, n: u64| s >= p.data.start && s + n <= p.data.start + p.data.pages;
+            let within = |s: u64, n: u64| p.holds(s, n);
             if !within(page, 1) {
                 return Err(corrupt(
                     Some(page),
@@ -852,7 +837,7 @@ impl Index for Pbt {
             let written = job
                 .as_ref()
                 .and_then(|j| j.evict.as_ref())
-                .map_or(0, |e| e.writer.used);
+                .map_or(0, |e| e.writer.used());
             d += (c.pages().saturating_sub(written) * PAGE_SIZE as u64).max(1);
         }
         if self.switch_due(&st) {
@@ -899,17 +884,19 @@ impl Index for Pbt {
                 Ok(r) => r,
                 Err(e) => {
                     // Started again from the first page; this extent was committed nowhere.
-                    if let Some(ev) = job.evict.take() {
-                        self.ctx.store.alloc().release(ev.writer.ext);
+                    if let Some(mut ev) = job.evict.take() {
+                        ev.writer.release_all(&self.ctx.store);
                     }
                     return Err(e);
                 }
             };
             if done {
                 if let Some(ev) = job.evict.take() {
-                    let ext = ev.writer.ext;
+                    let exts = ev.writer.exts.clone();
                     if let Err(e) = self.finish_evict(ev) {
-                        self.ctx.store.alloc().release(ext);
+                        for e in exts {
+                            self.ctx.store.alloc().release(e);
+                        }
                         return Err(e);
                     }
                 }
@@ -1096,13 +1083,14 @@ impl Index for Pbt {
             s.entries += p.entries;
             s.filter_bytes += p.bloom_len as u64;
             s.shape.push(format!(
-                "partition {} PERSISTED: {} entries, {} leaves, {} pages at {}, bloom {} bytes, \
-                 keys {:?}..{:?}",
+                "partition {} PERSISTED: {} entries, {} leaves, {} pages in {} extents from {}, \
+                 bloom {} bytes, keys {:?}..{:?}",
                 p.pnum,
                 p.entries,
                 p.leaves,
-                p.data.pages,
-                p.data.start,
+                p.data_pages(),
+                p.data.len(),
+                p.data.first().map_or(0, |e| e.start),
                 p.bloom_len,
                 String::from_utf8_lossy(&p.min),
                 String::from_utf8_lossy(&p.max)

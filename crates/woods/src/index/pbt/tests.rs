@@ -381,7 +381,7 @@ fn eviction_writes_each_leaf_once_in_runs() {
     let st = state(&idx);
     let p = &st.persisted[0];
     assert_eq!(p.leaves, leaves);
-    let pages = p.data.pages + p.bloom_ext.pages;
+    let pages = p.data_pages() + p.bloom_ext.pages;
     assert_eq!(counter(&idx, "evicted_pages"), pages);
     assert_eq!(counter(&idx, "eviction_writes"), pages.div_ceil(16));
     let s = io.snapshot();
@@ -426,7 +426,7 @@ fn check_finds_a_key_outside_its_partition_range() {
         max_seq: p.max_seq,
         entries: p.entries,
         leaves: p.leaves,
-        data: p.data,
+        data: p.data.clone(),
         bloom_ext: p.bloom_ext,
         bloom_len: p.bloom_len,
         min: p.min.clone(),
@@ -442,4 +442,54 @@ fn check_finds_a_key_outside_its_partition_range() {
         .check()
         .expect_err("a key outside the partition's range");
     assert!(e.to_string().contains("key range"), "{e}");
+}
+
+/// Regression (`conformance pbt::space` grew the file): a partition's pages were one allocation
+/// of its whole size, which a merge rarely found free while its inputs were still allocated,
+/// so it went to the file's end. Written `write_pages` at a time, it fills smaller free gaps,
+/// and a large value or a bloom filter stays contiguous.
+#[test]
+fn a_partition_fills_free_gaps_smaller_than_itself() {
+    let fs = FaultFs::new();
+    let c = ctx(&fs);
+    let store = &c.store;
+    let mut gaps = Vec::new();
+    for _ in 0..4 {
+        gaps.push(store.alloc().alloc(16));
+        store.alloc().alloc(1);
+    }
+    for g in gaps {
+        store.alloc().release(g);
+    }
+    let end = store.alloc().end();
+    let mut w = super::write::ExtentWriter::new(16, Purpose::Merge);
+    let mut pages = Vec::new();
+    for i in 0..40u8 {
+        pages.push(w.page(store, |b| b[0] = i).expect("page"));
+    }
+    // 8 pages are left in the third gap: a 10-page run goes past it, whole.
+    let run = w.bytes(store, &vec![7u8; 10 * 4092]).expect("bytes");
+    w.finish(store).expect("finish");
+    assert_eq!(run.pages, 10);
+    assert!(
+        w.exts
+            .iter()
+            .any(|e| run.start >= e.start && run.start + run.pages <= e.start + e.pages),
+        "the run {run:?} is not inside one extent of {:?}",
+        w.exts
+    );
+    let data: u64 = w.exts.iter().map(|e| e.pages).sum();
+    assert_eq!(data, 50, "{:?}", w.exts);
+    assert_eq!(w.pages, 50);
+    // The first 40 pages went into the first gaps; only the run's allocation grew the file.
+    assert!(pages.iter().all(|&p| p < end), "{pages:?} past {end}");
+    assert!(
+        store.alloc().end() <= end + 16,
+        "the file grew to {}",
+        store.alloc().end()
+    );
+    assert!(w.writes <= 5, "{} writes for 50 pages", w.writes);
+    for (i, &p) in pages.iter().enumerate() {
+        assert_eq!(store.read(p, Purpose::Merge).expect("read")[0], i as u8);
+    }
 }

@@ -1,7 +1,7 @@
 //! Writing partitions and editing the tree they hang from.
 //!
-//! [`ExtentWriter`] lays a partition's pages out in one extent, in order, and writes them in
-//! runs of `write_pages` (spec §3.8 step 3: "all leaf pages sequentially"). [`TreeEdit`] then
+//! [`ExtentWriter`] lays a partition's pages out in order, in extents of about `write_pages`
+//! pages it allocates as it goes, and writes them in runs of `write_pages` (spec §3.8 step 3: "all leaf pages sequentially"). [`TreeEdit`] then
 //! replaces the leaf children of a partition's key range in the copy-on-write tree: only the
 //! inner nodes on the paths to that range are rewritten, to fresh pages (correction 7), which
 //! are the paper's "some modified inner nodes" of Figure 4.
@@ -16,11 +16,17 @@ use crate::index::btree::node::{
 };
 use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
 
-/// Writes pages into an extent in order, `chunk` pages per write.
+/// Writes pages in order, `chunk` pages per write request, into extents it allocates as it
+/// goes, `chunk` pages at a time (more for a run that must be contiguous: a large value, a
+/// bloom filter). A partition's output never needs one free gap of its whole size, which would
+/// rarely be found while its merge inputs are still allocated and so would grow the file; an
+/// allocation adjacent to the previous one extends it, so on a file with room at the end the
+/// output is still one extent.
 pub struct ExtentWriter {
-    pub ext: Extent,
-    /// Pages handed out so far.
-    pub used: u64,
+    /// Extents allocated so far, in write order; the last one is being filled (its pages past
+    /// `cur_used` are allocated but unused until [`ExtentWriter::finish`] gives them back).
+    pub exts: Vec<Extent>,
+    cur_used: u64,
     buf: AlignedBuf,
     in_buf: usize,
     chunk: usize,
@@ -28,63 +34,132 @@ pub struct ExtentWriter {
     /// Write requests issued and pages written.
     pub writes: u64,
     pub pages: u64,
-    /// Whether a page was asked for past the extent's end.
-    pub overflowed: bool,
 }
 
 impl ExtentWriter {
-    pub fn new(ext: Extent, chunk: usize, purpose: Purpose) -> ExtentWriter {
+    pub fn new(chunk: usize, purpose: Purpose) -> ExtentWriter {
         let chunk = chunk.max(1);
         ExtentWriter {
-            ext,
-            used: 0,
+            exts: Vec::new(),
+            cur_used: 0,
             buf: AlignedBuf::zeroed(chunk * PAGE_SIZE),
             in_buf: 0,
             chunk,
             purpose,
             writes: 0,
             pages: 0,
-            overflowed: false,
         }
+    }
+
+    /// Pages handed out so far.
+    pub fn used(&self) -> u64 {
+        self.pages + self.in_buf as u64
+    }
+
+    /// Makes room for `k` contiguous pages at the end of the last extent: its unused tail is
+    /// given back and a fresh allocation of at least `chunk` pages is taken, extending the
+    /// last extent where it is adjacent (then the buffered pages stay buffered).
+    fn ensure(&mut self, store: &PageFile, k: u64) -> Result<()> {
+        if let Some(last) = self.exts.last() {
+            if last.pages - self.cur_used >= k {
+                return Ok(());
+            }
+        }
+        if let Some(last) = self.exts.last_mut() {
+            let tail = last.pages - self.cur_used;
+            if tail > 0 {
+                store.alloc().release(Extent {
+                    start: last.start + self.cur_used,
+                    pages: tail,
+                });
+                last.pages = self.cur_used;
+            }
+        }
+        let new = store.alloc().alloc(k.max(self.chunk as u64));
+        if let Some(last) = self.exts.last_mut() {
+            if last.start + last.pages == new.start {
+                last.pages += new.pages;
+                return Ok(());
+            }
+        }
+        self.flush(store)?;
+        if self.exts.last().is_some_and(|l| l.pages == 0) {
+            self.exts.pop();
+        }
+        self.exts.push(new);
+        self.cur_used = 0;
+        Ok(())
     }
 
     /// The next page, filled by `fill` (its body); returns its page number.
     pub fn page(&mut self, store: &PageFile, fill: impl FnOnce(&mut [u8])) -> Result<u64> {
-        if self.used >= self.ext.pages {
-            self.overflowed = true;
+        self.ensure(store, 1)?;
+        let Some(last) = self.exts.last() else {
             return Err(crate::error::Error::corruption(
                 "pbt",
                 None,
-                format!(
-                    "a partition outgrew the {} pages allocated for it",
-                    self.ext.pages
-                ),
+                "no extent to write a page into".to_string(),
             ));
-        }
-        let page = self.ext.start + self.used;
+        };
+        let page = last.start + self.cur_used;
         let at = self.in_buf * PAGE_SIZE;
         self.buf[at..at + PAGE_SIZE].fill(0);
         fill(&mut self.buf[at..at + PAGE_BODY]);
         self.in_buf += 1;
-        self.used += 1;
+        self.cur_used += 1;
         if self.in_buf == self.chunk {
             self.flush(store)?;
         }
         Ok(page)
     }
 
-    /// Writes the pages buffered so far (one request).
+    /// Writes the pages buffered so far (one request: they are contiguous in the last extent).
     pub fn flush(&mut self, store: &PageFile) -> Result<()> {
         if self.in_buf == 0 {
             return Ok(());
         }
-        let start = self.ext.start + self.used - self.in_buf as u64;
+        let Some(last) = self.exts.last() else {
+            return Ok(());
+        };
+        let start = last.start + self.cur_used - self.in_buf as u64;
         let len = self.in_buf * PAGE_SIZE;
         store.write(start, &mut self.buf[..len], self.purpose)?;
         self.writes += 1;
         self.pages += self.in_buf as u64;
         self.in_buf = 0;
         Ok(())
+    }
+
+    /// Writes what is buffered and gives back the unused tail of the last extent; the
+    /// extents then hold exactly the pages written.
+    pub fn finish(&mut self, store: &PageFile) -> Result<()> {
+        self.flush(store)?;
+        if let Some(last) = self.exts.last_mut() {
+            let tail = last.pages - self.cur_used;
+            if tail > 0 {
+                store.alloc().release(Extent {
+                    start: last.start + self.cur_used,
+                    pages: tail,
+                });
+                last.pages = self.cur_used;
+            }
+            if last.pages == 0 {
+                self.exts.pop();
+                self.cur_used = self.exts.last().map_or(0, |l| l.pages);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives back every page allocated (on a failure: nothing committed refers to them).
+    pub fn release_all(&mut self, store: &PageFile) {
+        for e in self.exts.drain(..) {
+            if e.pages > 0 {
+                store.alloc().release(e);
+            }
+        }
+        self.cur_used = 0;
+        self.in_buf = 0;
     }
 
     /// Writes one leaf (its large values first, to the pages before it); returns its child.
@@ -95,6 +170,7 @@ impl ExtentWriter {
             if let Val::Inline(v) = &e.val {
                 if e.key.len() + v.len() > INLINE_MAX {
                     let v = v.clone();
+                    self.ensure(store, blob_pages(v.len()))?;
                     let mut start = None;
                     for chunk in v.chunks(PAGE_BODY) {
                         let p = self.page(store, |b| b[..chunk.len()].copy_from_slice(chunk))?;
@@ -120,29 +196,23 @@ impl ExtentWriter {
         })
     }
 
-    /// Writes `bytes` into the following pages; returns the extent they take.
+    /// Writes `bytes` into the following pages, contiguous; returns the extent they take.
     pub fn bytes(&mut self, store: &PageFile, bytes: &[u8]) -> Result<Extent> {
-        let start = self.ext.start + self.used;
-        let n = bytes.len().div_ceil(PAGE_BODY);
+        let n = bytes.len().div_ceil(PAGE_BODY) as u64;
+        if n == 0 {
+            return Ok(Extent { start: 0, pages: 0 });
+        }
+        self.ensure(store, n)?;
+        let mut start = None;
         for c in bytes.chunks(PAGE_BODY) {
-            self.page(store, |b| b[..c.len()].copy_from_slice(c))?;
+            let p = self.page(store, |b| b[..c.len()].copy_from_slice(c))?;
+            start.get_or_insert(p);
         }
         Ok(Extent {
-            start,
-            pages: n as u64,
+            start: start.unwrap_or(0),
+            pages: n,
         })
     }
-}
-
-/// Pages a leaf takes on disk with its large values.
-pub fn leaf_pages(entries: &[LeafEntry]) -> u64 {
-    1 + entries
-        .iter()
-        .map(|e| match &e.val {
-            Val::Inline(v) if e.key.len() + v.len() > INLINE_MAX => blob_pages(v.len()),
-            _ => 0,
-        })
-        .sum::<u64>()
 }
 
 /// A copy-on-write edit of the tree's inner nodes.
