@@ -466,6 +466,16 @@ impl Pbt {
 
     // ---- partition merge (spec §3.9) ---------------------------------------------------
 
+    /// Whether partitions piled up past twice `max_partitions` while merges ran behind the
+    /// evictions: then the merge is debt, and the next memtable waits for it. Without this
+    /// bound writers outran a long merge, which kept every partition evicted meanwhile (and
+    /// their old versions) allocated until it was done: in `conformance pbt::space`, 30
+    /// partitions and the file at 3.6 times the live data.
+    fn merge_forced(&self, st: &State) -> bool {
+        let max = self.params.max_partitions as usize;
+        max > 0 && st.persisted.len() > 2 * max
+    }
+
     /// How many of the newest persisted partitions the policy merges now.
     fn merge_choice(&self, st: &State) -> Option<usize> {
         let sizes: Vec<u64> = st.persisted.iter().map(|p| p.bytes()).collect();
@@ -474,11 +484,12 @@ impl Pbt {
 
     /// Merges the newest persisted partitions the policy picks into one with a fresh number,
     /// written full and in order; one manifest edit swaps it in. Runs outside the job lock
-    /// (which it takes only to edit the tree and commit), so absorbs and evictions go on.
+    /// (which it takes only to edit the tree and commit), so absorbs and evictions go on. A
+    /// second caller waits for a merge in flight (then decides again): a drain or flush must
+    /// not end while one is running, and its freed extents are released when its state is
+    /// dropped, which happens before the lock is.
     fn merge(&self) -> Result<u64> {
-        let Some(_g) = self.merge_lock.try_lock() else {
-            return Ok(0);
-        };
+        let _g = self.merge_lock.lock();
         let st = self.state();
         let Some(n) = self.merge_choice(&st) else {
             return Ok(0);
@@ -820,7 +831,8 @@ impl Index for Pbt {
     }
 
     /// Queued memtable bytes not yet absorbed, the unwritten pages of the CLOSING partition
-    /// and, when ACTIVE must switch, its pages (correction 9).
+    /// and, when ACTIVE must switch, its pages (correction 9); and a merge of every partition
+    /// while more than twice `max_partitions` are persisted ([`Pbt::merge_forced`]).
     fn debt(&self) -> u64 {
         let q = self.queue.lock();
         let mut d: u64 = q.iter().map(|m| m.bytes()).sum();
@@ -842,6 +854,9 @@ impl Index for Pbt {
         }
         if self.switch_due(&st) {
             d += (st.active.pages() * PAGE_SIZE as u64).max(1);
+        }
+        if self.merge_forced(&st) {
+            d += st.persisted.iter().map(|p| p.bytes()).sum::<u64>().max(1);
         }
         d
     }
@@ -917,7 +932,7 @@ impl Index for Pbt {
     }
 
     fn background_work(&self) -> bool {
-        self.debt() > 0 || self.merge_choice(&self.state()).is_some()
+        self.debt() > 0 || self.merge_choice(&self.state()).is_some() || self.merge_lock.is_locked()
     }
 
     fn request_flush(&self) {
