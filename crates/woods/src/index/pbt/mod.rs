@@ -907,13 +907,11 @@ impl Index for Pbt {
             };
             if done {
                 if let Some(ev) = job.evict.take() {
-                    let exts = ev.writer.exts.clone();
-                    if let Err(e) = self.finish_evict(ev) {
-                        for e in exts {
-                            self.ctx.store.alloc().release(e);
-                        }
-                        return Err(e);
-                    }
+                    // On an error its pages are not given back: the manifest commit may have
+                    // reached the disk although it reported a failure, and a released extent
+                    // is punched out (read back as zeros after a reopen). The Db is failed
+                    // from here, and a reopen rebuilds the free space from the manifest.
+                    self.finish_evict(ev)?;
                 }
             }
             return Ok(units.max(1));
