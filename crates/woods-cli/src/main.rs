@@ -56,7 +56,7 @@ itself, or every state older than pages written since), and the directory is lef
         Every command works on a database directory DB. `put` and `load` create the database when \
         DB is absent or holds none of woods' files; every other command needs an existing one. \
         A damaged database (woods' files without a CURRENT file) is never created over: \
-        `woods repair DB` rebuilds it. The index kind (btree, lsm, nbtree, stbe, lsa, iam, fdtree or fdtree-d) \
+        `woods repair DB` rebuilds it. The index kind (btree, lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt) \
         is fixed when a database is created and read from the database afterwards.",
     after_help = ENCODING_HELP
 )]

@@ -394,7 +394,7 @@ fn iam_stats_and_check() {
             "--memtable-bytes",
             "256K",
         ]);
-        assert!(ok(&["check", db]).ends_with(" entries ok\n"));
+        assert!(ok(&["check", db]).ends_with("\nok\n"));
         let stats = ok(&["stats", db]);
         for want in [
             &format!("kind              {kind}")[..],
@@ -412,6 +412,35 @@ fn iam_stats_and_check() {
             );
         }
     }
+}
+
+#[test]
+fn load_verify_pbt() {
+    load_then_verify("pbt");
+}
+
+/// `woods stats` lists the partitions with their states, sizes and filters; `woods check`
+/// verifies the partition invariants.
+#[test]
+fn pbt_stats_and_check() {
+    let d = tmp();
+    let db = d.path().join("db");
+    let db = path(&db);
+    ok(&[
+        "load",
+        db,
+        "--index",
+        "pbt",
+        "--records",
+        "60000",
+        "--memtable-bytes",
+        "256K",
+    ]);
+    assert!(ok(&["check", db]).ends_with("\nok\n"));
+    let stats = ok(&["stats", db]);
+    assert!(stats.contains("PERSISTED"), "{stats}");
+    assert!(stats.contains("bloom"), "{stats}");
+    assert!(stats.contains("partition "), "{stats}");
 }
 
 /// `woods stats` shows the size-tiered trunk (a line per trunk level with its branch
@@ -640,6 +669,16 @@ fn crash_sync_stbe() {
 #[test]
 fn crash_buffered_stbe() {
     crash_buffered("stbe");
+}
+
+#[test]
+fn crash_sync_pbt() {
+    crash_sync("pbt");
+}
+
+#[test]
+fn crash_buffered_pbt() {
+    crash_buffered("pbt");
 }
 
 /// Regression (issue 17, item 1): `woods put` on a database whose CURRENT file was lost created

@@ -1405,6 +1405,7 @@ impl Inner {
         self.make_room(u64::MAX)?;
         loop {
             self.check_failed()?;
+            self.index.request_flush();
             let pending = !self.mems.read().frozen.is_empty();
             if !pending && self.index.debt() == 0 {
                 return Ok(());
@@ -1418,6 +1419,8 @@ impl Inner {
                 // (Without both, a flush racing writers took a memtable not yet absorbed, or
                 // not yet committed, for one the index had lost: `woods stress` on `nbtree`.)
                 let _w = self.writer.lock();
+                // What a concurrent writer's rotation handed over is wanted durable too.
+                self.index.request_flush();
                 if self.index.background_work() {
                     continue;
                 }

@@ -72,6 +72,6 @@ pub use entry::{Entry, Kind, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use options::{
     BTreeParams, Durability, FdTreeParams, IamParams, IndexKind, LsmParams, MergeOperator,
-    NbTreeParams, Options, StbeParams,
+    NbTreeParams, Options, PbtParams, StbeParams,
 };
 pub use repair::RepairReport;

@@ -301,6 +301,40 @@ impl Default for IamParams {
     }
 }
 
+/// Parameters of the partitioned B-tree (`pbt`, specs/partitioned-btree.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PbtParams {
+    /// The PBT-Buffer: the share of `cache_bytes`, in percent (5..=75), reserved for the leaves
+    /// of the ACTIVE and CLOSING partitions (spec §2.7: 25 %). The partition switches while a
+    /// memtable's worth of leaf room is still free in it.
+    pub buffer_percent: u32,
+    /// Fill target of a leaf built by a split in the ACTIVE partition, in percent (50..=100).
+    /// Merged partitions are written full.
+    pub fill_percent: u32,
+    /// Bloom filter bits per key of each closed partition (spec §2.7: 10, about 0.8 % false
+    /// positives); 0 builds no filters.
+    pub bloom_bits_per_key: u32,
+    /// Pages per write while a partition is evicted or merged (its pages are written in order,
+    /// into extents allocated this many pages at a time, and written this many at a time).
+    pub write_pages: u32,
+    /// Partition merge (spec §3.9): the most persisted partitions kept before the newest ones
+    /// are merged; with merge on, newer partitions are also merged as soon as together they
+    /// reach half the size of the next older one (tiering). 0: no merge (the paper's build).
+    pub max_partitions: u32,
+}
+
+impl Default for PbtParams {
+    fn default() -> Self {
+        PbtParams {
+            buffer_percent: 25,
+            fill_percent: 90,
+            bloom_bits_per_key: 10,
+            write_pages: 64,
+            max_partitions: 8,
+        }
+    }
+}
+
 /// Parameters of the FD-tree (`fdtree`, specs/fdtree.md): a head tree (the Db's memtables) over
 /// sorted runs L1..Ll whose capacities grow by `k`, linked by fences. A field left at 0 takes
 /// the default the spec's cost model (§5.4) or the memtable size gives.
@@ -411,6 +445,9 @@ pub enum IndexKind {
     Iam(IamParams),
     /// FD-tree (Li et al., PVLDB 2010): sorted runs linked by fences, plain or de-amortized.
     FdTree(FdTreeParams),
+    /// Partitioned B-tree (Riegger, Vinçon, Petrov, iiWAS 2017): partitions as key prefixes of
+    /// one B+-tree, the newest buffered and written out sequentially.
+    Pbt(PbtParams),
 }
 
 impl IndexKind {
@@ -425,6 +462,7 @@ impl IndexKind {
             IndexKind::Iam(_) => "iam",
             IndexKind::FdTree(p) if p.deamortized => "fdtree-d",
             IndexKind::FdTree(_) => "fdtree",
+            IndexKind::Pbt(_) => "pbt",
         }
     }
 
@@ -442,9 +480,10 @@ impl IndexKind {
                 deamortized: true,
                 ..FdTreeParams::default()
             })),
+            "pbt" => Ok(IndexKind::Pbt(PbtParams::default())),
             other => Err(Error::InvalidOption(format!(
                 "unknown index kind {other:?} (known: btree, lsm, nbtree, stbe, lsa, iam, fdtree, \
-                 fdtree-d)"
+                 fdtree-d, pbt)"
             ))),
         }
     }
@@ -463,6 +502,7 @@ impl IndexKind {
                 deamortized: true,
                 ..FdTreeParams::default()
             }),
+            IndexKind::Pbt(PbtParams::default()),
         ]
     }
 
@@ -539,6 +579,24 @@ impl IndexKind {
                     )));
                 }
             }
+            IndexKind::Pbt(p) => {
+                let bad = |d: String| Err(Error::InvalidOption(format!("pbt {d}")));
+                if !(5..=75).contains(&p.buffer_percent) {
+                    return bad(format!("buffer_percent {} not in 5..=75", p.buffer_percent));
+                }
+                if !(50..=100).contains(&p.fill_percent) {
+                    return bad(format!("fill_percent {} not in 50..=100", p.fill_percent));
+                }
+                if p.bloom_bits_per_key > 64 {
+                    return bad("bloom_bits_per_key above 64".into());
+                }
+                if !(1..=1024).contains(&p.write_pages) {
+                    return bad(format!("write_pages {} not in 1..=1024", p.write_pages));
+                }
+                if p.max_partitions == 1 {
+                    return bad("max_partitions 1 (0 turns merge off; at least 2)".into());
+                }
+            }
         }
         Ok(())
     }
@@ -596,6 +654,18 @@ impl IndexKind {
                 out.push(7);
                 p.encode(out);
             }
+            IndexKind::Pbt(p) => {
+                out.push(5);
+                for v in [
+                    p.buffer_percent,
+                    p.fill_percent,
+                    p.bloom_bits_per_key,
+                    p.write_pages,
+                    p.max_partitions,
+                ] {
+                    codec::put_u32(out, v);
+                }
+            }
         }
     }
 
@@ -638,6 +708,13 @@ impl IndexKind {
             })),
             6 => Ok(IndexKind::Lsa(IamParams::decode(r)?)),
             7 => Ok(IndexKind::Iam(IamParams::decode(r)?)),
+            5 => Ok(IndexKind::Pbt(PbtParams {
+                buffer_percent: r.u32()?,
+                fill_percent: r.u32()?,
+                bloom_bits_per_key: r.u32()?,
+                write_pages: r.u32()?,
+                max_partitions: r.u32()?,
+            })),
             k => Err(Error::corruption(
                 "options",
                 None,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use woods::{
     BTreeParams, FdTreeParams, IamParams, IndexKind, LsmParams, MergeOperator, NbTreeParams,
-    Options, StbeParams,
+    Options, PbtParams, StbeParams,
 };
 
 /// Appends operands to the value: the suite's merge operator.
@@ -63,6 +63,14 @@ pub fn kinds() -> Vec<IndexKind> {
             ratio: 3,
             deamortized: true,
             ..FdTreeParams::default()
+        }),
+        // Half the suite's 256 KiB cache as PBT-Buffer: a switch every memtable or two, and
+        // partition merges all the time.
+        IndexKind::Pbt(PbtParams {
+            buffer_percent: 50,
+            write_pages: 8,
+            max_partitions: 4,
+            ..PbtParams::default()
         }),
     ]
 }

@@ -307,6 +307,7 @@ fn model_test(kind: IndexKind) {
             "node_splits",
             "root_splits",
         ],
+        "pbt" => &["switches", "evictions", "merges", "splits"],
         "stbe" => &[
             "incorporations",
             "flushes",
@@ -1167,7 +1168,8 @@ suite!(
     lsa: "lsa",
     iam: "iam",
     fdtree: "fdtree",
-    fdtree_d: "fdtree-d"
+    fdtree_d: "fdtree-d",
+    pbt: "pbt"
 );
 
 /// The child side of the process-crash test: writes records in order and reports each
@@ -1326,6 +1328,11 @@ fn crash_iam() {
     crash_test(kind("iam"))
 }
 
+#[test]
+fn crash_pbt() {
+    crash_test(kind("pbt"))
+}
+
 /// The child side of the memory test: loads data many times its budgets, reads it back and
 /// prints its peak resident memory.
 #[test]
@@ -1427,4 +1434,9 @@ fn memory_lsa() {
 #[test]
 fn memory_iam() {
     memory_test(kind("iam"))
+}
+
+#[test]
+fn memory_pbt() {
+    memory_test(kind("pbt"))
 }

@@ -896,6 +896,11 @@ fn sweep_stbe() {
     sweep("stbe");
 }
 
+#[test]
+fn sweep_pbt() {
+    sweep("pbt");
+}
+
 /// The sweep's copies are independent: a flip or a write in a fork leaves the original as it
 /// was, and the fork starts with everything the original had, durable state included.
 #[test]

@@ -255,12 +255,17 @@ fn crash_points_fdtree_d() {
     crash_points_test("fdtree-d")
 }
 
+#[test]
+fn crash_points_pbt() {
+    crash_points_test("pbt")
+}
+
 /// Every kind of the suite is covered above.
 #[test]
 fn crash_points_cover_every_kind() {
     let names: Vec<&str> = kinds().iter().map(|k| k.name()).collect();
     assert_eq!(
         names,
-        ["btree", "lsm", "nbtree", "stbe", "lsa", "iam", "fdtree", "fdtree-d"]
+        ["btree", "lsm", "nbtree", "stbe", "lsa", "iam", "fdtree", "fdtree-d", "pbt"]
     );
 }

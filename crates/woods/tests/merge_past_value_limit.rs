@@ -212,3 +212,8 @@ fn nbtree() {
 fn stbe() {
     scenario(kind("stbe"));
 }
+
+#[test]
+fn pbt() {
+    scenario(kind("pbt"));
+}

@@ -17,6 +17,8 @@ pub mod lsm;
 #[doc(hidden)]
 pub mod nbtree;
 #[doc(hidden)]
+pub mod pbt;
+#[doc(hidden)]
 pub mod stbe;
 
 use std::collections::BTreeMap;
@@ -190,6 +192,9 @@ pub trait Index: Send + Sync {
     fn stall(&self) -> Stall {
         Stall::None
     }
+    /// The Db wants everything absorbed so far durable (a flush or close): a kind that keeps
+    /// absorbed data in memory past `absorb` (`pbt`'s ACTIVE partition) makes it debt now.
+    fn request_flush(&self) {}
     /// Shape and counters, for [`crate::Db::stats`].
     fn stats(&self) -> IndexStats;
     /// Verifies every page checksum and structural invariant; returns the number of entries.
@@ -223,5 +228,6 @@ pub fn open_index(
             durable_seq,
         )?),
         IndexKind::FdTree(p) => Arc::new(fdtree::FdTree::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::Pbt(p) => Arc::new(pbt::Pbt::open(ctx, p.clone(), meta, durable_seq)?),
     })
 }
