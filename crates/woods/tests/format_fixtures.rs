@@ -106,9 +106,16 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn v1_fixtures_are_refused_naming_both_majors() {
+    let mut seen = 0;
     for kind in common::kinds() {
+        // Kinds added after format 2.0 have no format 1.0 fixture.
+        let v1 = version_dir("v1.0", kind.name());
+        if !v1.exists() {
+            continue;
+        }
+        seen += 1;
         let tmp = tempfile::tempdir().expect("tempdir");
-        copy_dir(&version_dir("v1.0", kind.name()), tmp.path());
+        copy_dir(&v1, tmp.path());
         match Db::open(
             tmp.path(),
             Options {
@@ -127,6 +134,7 @@ fn v1_fixtures_are_refused_naming_both_majors() {
             Ok(_) => panic!("{}: opened a format 1 database", kind.name()),
         }
     }
+    assert!(seen >= 4, "only {seen} format 1.0 fixtures found");
 }
 
 #[test]
