@@ -468,7 +468,9 @@ fn a_partition_fills_free_gaps_smaller_than_itself() {
         pages.push(w.page(store, |b| b[0] = i).expect("page"));
     }
     // 8 pages are left in the third gap: a 10-page run goes past it, whole.
-    let run = w.bytes(store, &vec![7u8; 10 * 4092]).expect("bytes");
+    let run = w
+        .bytes(store, &vec![7u8; 10 * crate::storage::PAGE_BODY])
+        .expect("bytes");
     w.finish(store).expect("finish");
     assert_eq!(run.pages, 10);
     assert!(
