@@ -2,8 +2,8 @@
 //!
 //! The head tree `L0` is the Db's memtables (its index entries) plus, in memory, one external
 //! fence per page of `L1` ([`version::Version::head`]). Below it, the levels `L1..Ll` are runs
-//! built with the substrate's [`RunBuilder`] in fenced mode: entries in (key, class) order, an
-//! external fence per page of the next level (the first key of that page, the empty key for
+//! built with the substrate's [`RunBuilder`](crate::run::RunBuilder) in fenced mode: entries in
+//! (key, class) order, an external fence per page of the next level (the first key of that page, the empty key for
 //! page 0: the MIN fence), and an internal fence at slot 0 of every page that would start
 //! with an entry, so that every page of a non-lowest level starts with a fence (Invariant 1).
 //! The lowest level holds no fences. Capacities are `|L_i| = k^i·|L0|` items, fences counted;
