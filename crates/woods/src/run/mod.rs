@@ -348,7 +348,13 @@ impl Run {
             ));
         }
         run.tree_root = h.tree_root;
-        run.filter = run.read_filter(Purpose::UserRead)?;
+        // A damaged filter page loses no data: the run opens without its filter (every lookup
+        // then searches it) and `check` reports the damage.
+        run.filter = match run.read_filter(Purpose::UserRead) {
+            Ok(f) => f,
+            Err(Error::Corruption { .. }) => None,
+            Err(e) => return Err(e),
+        };
         run.charge_filter();
         Ok(run)
     }
@@ -906,6 +912,7 @@ impl Run {
                 start += n;
             }
         }
+        self.read_filter(p)?;
         let header_page = self.meta.root_page;
         let buf = self.store.read_uncached(header_page, p)?;
         let h = decode_header(header_page, &buf)?;

@@ -179,7 +179,14 @@ pub fn decode(meta: &[u8], store: &PageFile) -> Result<Meta> {
             )));
         }
         let bloom = if bloom_ext.pages > 0 {
-            Some(read_bloom(store, bloom_ext, bloom_len)?)
+            check_bloom_extent(store, bloom_ext)?;
+            // A damaged bloom page loses no data: the partition opens without its filter (every
+            // lookup then searches it) and `check` reports the damage.
+            match read_bloom(store, bloom_ext, bloom_len) {
+                Ok(b) => Some(b),
+                Err(Error::Corruption { .. }) => None,
+                Err(e) => return Err(e),
+            }
         } else {
             None
         };
@@ -207,6 +214,18 @@ pub fn decode(meta: &[u8], store: &PageFile) -> Result<Meta> {
 
 /// Reads a bloom filter of `len` bytes from the bodies of its pages.
 pub fn read_bloom(store: &PageFile, ext: Extent, len: u32) -> Result<Bloom> {
+    check_bloom_extent(store, ext)?;
+    let buf = store.read_many(ext.start, ext.pages as usize, Purpose::Merge)?;
+    let mut out = Vec::with_capacity(len as usize);
+    for i in 0..ext.pages as usize {
+        let take = (len as usize - out.len()).min(PAGE_BODY);
+        out.extend_from_slice(&buf[i * PAGE_SIZE..i * PAGE_SIZE + take]);
+    }
+    Bloom::from_bytes(out)
+}
+
+/// Fails unless a bloom's pages lie inside the file's page range.
+fn check_bloom_extent(store: &PageFile, ext: Extent) -> Result<()> {
     let first = store.alloc().first_page();
     let end = store.alloc().end();
     if ext.start < first || ext.start.checked_add(ext.pages).is_none_or(|e| e > end) {
@@ -215,11 +234,5 @@ pub fn read_bloom(store: &PageFile, ext: Extent, len: u32) -> Result<Bloom> {
             ext.start, ext.pages
         )));
     }
-    let buf = store.read_many(ext.start, ext.pages as usize, Purpose::Merge)?;
-    let mut out = Vec::with_capacity(len as usize);
-    for i in 0..ext.pages as usize {
-        let take = (len as usize - out.len()).min(PAGE_BODY);
-        out.extend_from_slice(&buf[i * PAGE_SIZE..i * PAGE_SIZE + take]);
-    }
-    Bloom::from_bytes(out)
+    Ok(())
 }

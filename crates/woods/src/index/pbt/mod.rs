@@ -749,6 +749,12 @@ impl Pbt {
                 "the ACTIVE partition is also persisted".into(),
             ));
         }
+        // Bloom pages: one unreadable at open left its partition without a filter.
+        for p in &st.persisted {
+            if p.bloom_ext.pages > 0 {
+                meta::read_bloom(&self.ctx.store, p.bloom_ext, p.bloom_len)?;
+            }
+        }
         let reader = self.reader(&st);
         let n = reader.check(&mut |page, leaf| {
             let Some(pnum) = key::pnum_of(&leaf[0].key) else {
