@@ -1,8 +1,10 @@
 //! Versioned k-way merging: combines sorted entry streams, resolves what a reader at a sequence
 //! number sees, and decides which versions a reorganisation keeps.
 
+mod concat;
 mod prime;
 
+pub use self::concat::{range_meets, Concat};
 pub use self::prime::prime;
 
 use std::cmp::Ordering;

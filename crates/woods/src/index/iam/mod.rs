@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use self::iter::{node_iter, LevelIter};
+use self::iter::node_iter;
 use self::node::{decode_meta, encode_meta, MetaState, Node, NodeFile, Seq, Version};
 use self::policy::{Action, Class};
 use super::{Index, IndexContext, IndexStats};
@@ -1192,16 +1192,14 @@ impl Index for Iam {
         let v = self.version();
         let mut out: Vec<EntryIter> = Vec::new();
         for level in 0..v.levels.len() {
-            if let Some(it) = LevelIter::new(
+            out.extend(iter::level(
                 v.clone(),
                 level,
                 lo.clone(),
                 hi.clone(),
                 reverse,
                 Purpose::UserRead,
-            ) {
-                out.push(Box::new(it));
-            }
+            ));
         }
         Ok(out)
     }

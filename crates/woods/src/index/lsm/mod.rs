@@ -25,7 +25,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use self::compaction::{Choice, CompactionPolicy, Leveled};
-use self::iter::{table_in_bounds, LevelIter, TableIter};
+use self::iter::{table_in_bounds, TableIter};
 use self::version::{
     decode_meta, encode_meta, open_version, MetaState, Table, Version, NUM_LEVELS,
 };
@@ -359,14 +359,14 @@ impl Lsm {
                         )?));
                     }
                 } else {
-                    sources.push(Box::new(LevelIter::tables(
+                    sources.push(Box::new(iter::tables(
                         v.clone(),
                         level,
                         inputs.clone(),
                         Purpose::Merge,
                     )));
                 }
-                sources.push(Box::new(LevelIter::tables(
+                sources.push(Box::new(iter::tables(
                     v.clone(),
                     level + 1,
                     next.clone(),
@@ -486,7 +486,7 @@ impl Index for Lsm {
             )?));
         }
         for level in 1..v.levels.len() {
-            if let Some(it) = LevelIter::new(
+            if let Some(it) = iter::level(
                 v.clone(),
                 level,
                 lo.clone(),

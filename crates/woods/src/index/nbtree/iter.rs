@@ -7,10 +7,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::version::{DTree, SNode, Version};
-use crate::entry::Entry;
-use crate::error::Result;
-use crate::merge::EntryIter;
-use crate::run::RunIter;
+use crate::merge::{Concat, EntryIter};
 use crate::storage::Purpose;
 
 /// Whether [a, b) (unbounded where `None`) meets the bounds.
@@ -98,64 +95,14 @@ pub fn level_sources(
             if reverse {
                 dtrees.reverse();
             }
-            Box::new(LevelIter {
-                _version: v.clone(),
-                todo: dtrees.into_iter(),
-                current: None,
-                lo: lo.clone(),
-                hi: hi.clone(),
-                reverse,
-                purpose,
-                failed: false,
-            })
+            let (v, lo, hi) = (v.clone(), lo.clone(), hi.clone());
+            Box::new(Concat::new((0..dtrees.len()).collect(), move |i| {
+                let _pin = &v;
+                let d: &DTree = &dtrees[i];
+                Ok(d.run
+                    .run()?
+                    .iter(d.live_lo(lo.clone()), hi.clone(), reverse, purpose))
+            }))
         })
         .collect()
-}
-
-/// The live parts of one level's d-trees within bounds, as one stream.
-pub struct LevelIter {
-    _version: Arc<Version>,
-    todo: std::vec::IntoIter<DTree>,
-    current: Option<RunIter>,
-    lo: Bound<Vec<u8>>,
-    hi: Bound<Vec<u8>>,
-    reverse: bool,
-    purpose: Purpose,
-    failed: bool,
-}
-
-impl Iterator for LevelIter {
-    type Item = Result<Entry>;
-    fn next(&mut self) -> Option<Result<Entry>> {
-        if self.failed {
-            return None;
-        }
-        loop {
-            if let Some(it) = &mut self.current {
-                match it.next() {
-                    Some(Ok(e)) => return Some(Ok(e)),
-                    Some(Err(e)) => {
-                        self.failed = true;
-                        return Some(Err(e));
-                    }
-                    None => self.current = None,
-                }
-            }
-            let d = self.todo.next()?;
-            match d.run.run() {
-                Ok(run) => {
-                    self.current = Some(run.iter(
-                        d.live_lo(self.lo.clone()),
-                        self.hi.clone(),
-                        self.reverse,
-                        self.purpose,
-                    ))
-                }
-                Err(e) => {
-                    self.failed = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-    }
 }
