@@ -81,7 +81,7 @@ enum Cmd {
         key: String,
         /// Value (text, or hex after `0x`).
         value: String,
-        /// Index kind when creating the database: btree, lsm, nbtree, stbe, lsa or iam [default
+        /// Index kind when creating the database: btree, lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt [default
         /// for a new database: lsm]. For an existing database it must match the stored kind if
         /// given.
         #[arg(long, value_name = "KIND")]
@@ -219,7 +219,7 @@ pub struct GenArgs {
 pub struct LoadArgs {
     #[command(flatten)]
     pub gen: GenArgs,
-    /// Index kind: btree, lsm, nbtree, stbe, lsa or iam (must match the stored kind for an existing database).
+    /// Index kind: btree, lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt (must match the stored kind for an existing database).
     #[arg(long, value_name = "KIND")]
     pub index: String,
     /// Write every record with Durability::Sync and acknowledge every record.

@@ -21,6 +21,16 @@ pub fn range_meets(min: &[u8], max: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u
     above_lo && below_hi
 }
 
+/// The positions `0..n` whose part `meets` the bounds, in reading order (descending when
+/// `reverse`); `None` when none does.
+pub fn parts_meeting(n: usize, reverse: bool, meets: impl Fn(usize) -> bool) -> Option<Vec<usize>> {
+    let mut parts: Vec<usize> = (0..n).filter(|&i| meets(i)).collect();
+    if reverse {
+        parts.reverse();
+    }
+    (!parts.is_empty()).then_some(parts)
+}
+
 /// The streams `open(p)` for each `p` of `parts`, in that order, one after another. The first
 /// error ends the stream.
 pub struct Concat<I, F> {

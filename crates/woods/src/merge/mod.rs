@@ -4,7 +4,7 @@
 mod concat;
 mod prime;
 
-pub use self::concat::{range_meets, Concat};
+pub use self::concat::{parts_meeting, range_meets, Concat};
 pub use self::prime::prime;
 
 use std::cmp::Ordering;

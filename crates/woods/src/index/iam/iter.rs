@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::node::{Node, Version};
 use crate::error::Result;
-use crate::merge::{range_meets, Concat, EntryIter, MergeIter};
+use crate::merge::{parts_meeting, range_meets, Concat, EntryIter, MergeIter};
 use crate::storage::Purpose;
 
 /// Whether the node's range meets the bounds.
@@ -46,15 +46,9 @@ pub fn level(
     purpose: Purpose,
 ) -> Option<EntryIter> {
     let nodes = version.levels.get(level)?;
-    let mut todo: Vec<usize> = (0..nodes.len())
-        .filter(|&i| node_in_bounds(&nodes[i], &lo, &hi))
-        .collect();
-    if todo.is_empty() {
-        return None;
-    }
-    if reverse {
-        todo.reverse();
-    }
+    let todo = parts_meeting(nodes.len(), reverse, |i| {
+        node_in_bounds(&nodes[i], &lo, &hi)
+    })?;
     Some(Box::new(Concat::new(todo, move |i| {
         node_iter(&version.levels[level][i], &lo, &hi, reverse, purpose)
     })))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::version::{Table, Version};
 use crate::entry::Entry;
 use crate::error::Result;
-use crate::merge::{range_meets, Concat};
+use crate::merge::{parts_meeting, range_meets, Concat};
 use crate::run::RunIter;
 use crate::storage::Purpose;
 
@@ -79,15 +79,9 @@ pub fn level(
     purpose: Purpose,
 ) -> Option<LevelIter> {
     let tables = version.levels.get(level)?;
-    let mut todo: Vec<usize> = (0..tables.len())
-        .filter(|&i| table_in_bounds(&tables[i], &lo, &hi))
-        .collect();
-    if todo.is_empty() {
-        return None;
-    }
-    if reverse {
-        todo.reverse();
-    }
+    let todo = parts_meeting(tables.len(), reverse, |i| {
+        table_in_bounds(&tables[i], &lo, &hi)
+    })?;
     Some(level_iter(version, level, todo, lo, hi, reverse, purpose))
 }
 
