@@ -12,7 +12,6 @@
 //! The row cache shares its owner's budget: the bytes it holds are taken from what the page
 //! cache may hold ([`super::Cache`] counts them as reserved), up to its own capacity.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -45,7 +44,7 @@ struct Slot {
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<u64, usize>,
+    map: super::U64Map<usize>,
     slots: Vec<Slot>,
     bytes: usize,
     hand: usize,

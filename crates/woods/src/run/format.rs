@@ -349,8 +349,8 @@ pub struct Node {
 }
 
 impl Node {
-    /// Parses and validates the header and offset array of a data (`level == 0`) or index
-    /// page at `level`.
+    /// Parses and validates the header of a data (`level == 0`) or index page at `level`, and
+    /// that its offset array fits the page (its entries are checked as items are read).
     pub fn parse(page: u64, buf: PageRef, level: u8) -> Result<Node> {
         Node::parse_at(page, buf, 0, level)
     }
@@ -379,26 +379,32 @@ impl Node {
                 format!("offset array of {count} entries overflows the page"),
             ));
         }
-        let node = Node {
+        Ok(Node {
             page,
             buf,
             off,
             level,
             count,
             aux: h.aux,
-        };
-        let mut prev = base;
-        for i in 0..=count {
-            let off = node.offset(i);
+        })
+    }
+
+    /// Checks the whole offset array: ascending, past the array, within the body. A lookup
+    /// does not pay for this (it parses pages on every visit, cache hits included): each item
+    /// it reads checks its own two offsets ([`Node::item`]); `check` calls this for every page.
+    pub fn validate_offsets(&self) -> Result<()> {
+        let mut prev = HEADER_LEN + 2 * (self.count + 1);
+        for i in 0..=self.count {
+            let off = self.offset(i);
             if off < prev || off > PAGE_BODY {
                 return Err(corrupt(
-                    page,
+                    self.page,
                     format!("entry offset {i} ({off}) out of order or out of the page"),
                 ));
             }
             prev = off;
         }
-        Ok(node)
+        Ok(())
     }
 
     /// The page's bytes.
@@ -406,20 +412,26 @@ impl Node {
         &self.buf[self.off..self.off + PAGE_SIZE]
     }
 
+    /// Offset `i` of the array (`i <= count`, which `parse_at` keeps inside the body).
     fn offset(&self, i: usize) -> usize {
-        let p = HEADER_LEN + 2 * i;
-        let b = self.bytes();
-        u16::from_le_bytes([b[p], b[p + 1]]) as usize
+        let p = self.off + HEADER_LEN + 2 * i;
+        u16::from_le_bytes([self.buf[p], self.buf[p + 1]]) as usize
     }
 
-    /// The bytes of item `i` (`i < count`).
+    /// The bytes of item `i` (`i < count`): between its offset and the next, past the offset
+    /// array and inside the body, or a corruption error.
     fn item(&self, i: usize) -> Result<&[u8]> {
         if i >= self.count {
             return Err(corrupt(self.page, format!("entry {i} of {}", self.count)));
         }
-        self.bytes()
-            .get(self.offset(i)..self.offset(i + 1))
-            .ok_or_else(|| corrupt(self.page, "entry out of the page"))
+        let (start, end) = (self.offset(i), self.offset(i + 1));
+        if start < HEADER_LEN + 2 * (self.count + 1) || start > end || end > PAGE_BODY {
+            return Err(corrupt(
+                self.page,
+                format!("entry {i} at offsets {start}..{end} lies out of the page"),
+            ));
+        }
+        Ok(&self.bytes()[start..end])
     }
 
     /// The key and seq of item `i` (data or index).

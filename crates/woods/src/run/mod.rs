@@ -978,6 +978,7 @@ impl Run {
 
     /// Checks one subtree; returns its entries, user bytes, and first entry's key and seq.
     fn check_node(&self, node: &Node, st: &mut CheckState) -> Result<(u64, u64, Vec<u8>, u64)> {
+        node.validate_offsets()?;
         if node.level == 0 {
             st.data_pages += 1;
             let mut bytes = 0u64;
