@@ -258,6 +258,23 @@ pub struct BenchArgs {
     /// build can link together run in one run; repeatable.
     #[arg(long = "engine-exe", value_name = "NAME=PATH")]
     pub engine_exe: Vec<String>,
+    /// Run the TPC-C-like workload (docs/benchmarks.md) with W warehouses instead of
+    /// --workloads: a load, then --tpcc-secs of transactions from one client thread (at most
+    /// --ops of them, if given); Table 1's and Table 2's figures per engine [budget default:
+    /// 16M].
+    #[arg(long, value_name = "W")]
+    pub tpcc_warehouses: Option<u32>,
+    /// Seconds of transactions of the TPC-C-like workload.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub tpcc_secs: u64,
+    /// Run each TPC-C-like engine under `strace`, recording the offset of every write, and draw
+    /// Figure 4's chart of page offsets written over time into --out (slows the engines: not
+    /// for throughput).
+    #[arg(long, requires = "out")]
+    pub tpcc_trace: bool,
+    /// Internal: run one engine of the TPC-C-like workload as a child process (JSON).
+    #[arg(long, hide = true, value_name = "SPEC")]
+    pub tpcc_child: Option<String>,
     /// Internal: run one engine as a child process (the spec as JSON).
     #[arg(long, hide = true, value_name = "SPEC")]
     pub child: Option<String>,
@@ -556,6 +573,12 @@ pub fn run_with_engines(
     if !args.series.is_empty() {
         return draw_series(args);
     }
+    if let Some(spec) = &args.tpcc_child {
+        return crate::tpcc::child_main(spec, extra);
+    }
+    if let Some(w) = args.tpcc_warehouses {
+        return run_tpcc(args, w, direct_io, exe, prefix);
+    }
     match run_parent(args, direct_io, exe, prefix, extra) {
         Ok(ok) => {
             if ok {
@@ -569,6 +592,40 @@ pub fn run_with_engines(
             2
         }
     }
+}
+
+/// `--tpcc-warehouses W`: the TPC-C-like workload, every engine in a child of its own.
+fn run_tpcc(args: &BenchArgs, w: u32, direct_io: bool, exe: &Path, prefix: &[OsString]) -> u8 {
+    let engines = match engine_list(args) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("woods bench: error: {e}");
+            return 2;
+        }
+    };
+    let mut config = EngineConfig::new(args.cache_bytes.unwrap_or(16 << 20), direct_io);
+    config.sync = args.sync;
+    config.no_wal = args.no_wal;
+    config.background_threads = Some(args.background_threads);
+    config.row_cache_bytes = args.row_cache_bytes;
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("woods-bench-tpcc-{}", std::process::id()))
+    });
+    crate::tpcc::run_parent(&crate::tpcc::ParentArgs {
+        engines,
+        warehouses: w,
+        secs: args.tpcc_secs,
+        max_txns: args.ops.unwrap_or(0),
+        config,
+        seed: args.seed,
+        dir,
+        keep: args.keep,
+        out: args.out.clone(),
+        json: args.json.clone(),
+        trace: args.tpcc_trace,
+        exe,
+        prefix,
+    })
 }
 
 /// The engines of a run: --engines (default every woods index kind), then --peers, each once.

@@ -41,4 +41,5 @@ pub mod metrics;
 pub mod output;
 pub mod report;
 pub mod series;
+pub mod tpcc;
 pub mod workload;

@@ -201,12 +201,17 @@ pub type EngineOpener = fn(&Path, &EngineConfig) -> BenchResult<Box<dyn Engine>>
 /// Engines a binary adds, by command-line name (see [`crate::cli::main_with`]).
 pub type ExtraEngines<'a> = &'a [(&'a str, EngineOpener)];
 
+/// woods engines with other parameters than their kind's defaults, known by name but not run
+/// by default.
+pub const WOODS_VARIANTS: [&str; 1] = ["woods:pbt-nomerge"];
+
 /// Every engine name this build knows, woods index kinds first.
 pub fn known_engines() -> Vec<String> {
     let mut names: Vec<String> = ::woods::IndexKind::all()
         .iter()
         .map(|k| format!("woods:{}", k.name()))
         .collect();
+    names.extend(WOODS_VARIANTS.iter().map(|n| n.to_string()));
     if cfg!(feature = "peers") {
         names.extend(PEER_ENGINES.iter().map(|n| n.to_string()));
     }

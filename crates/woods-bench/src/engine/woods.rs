@@ -18,13 +18,22 @@ fn err(what: &str, e: woods::Error) -> BenchError {
 }
 
 impl WoodsEngine {
-    /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`) in `dir`. The
+    /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`; `pbt-nomerge`:
+    /// `pbt` with partition merge off, `PbtParams::max_partitions` 0) in `dir`. The
     /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
     /// cache; the write-ahead log is on with buffered durability, as for every engine, or with
     /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns; with
     /// `cfg.no_wal` there is no log (`Options::wal = false`).
     pub fn open(kind: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
-        let index = IndexKind::from_name(kind).map_err(|e| err("index kind", e))?;
+        let index = match kind {
+            // The paper's build: no partition merge (issue 21's reproduction runs it beside the
+            // default).
+            "pbt-nomerge" => IndexKind::Pbt(woods::PbtParams {
+                max_partitions: 0,
+                ..Default::default()
+            }),
+            _ => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
+        };
         let split = cfg.split();
         let opts = Options {
             index: Some(index),

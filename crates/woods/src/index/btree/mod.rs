@@ -6,7 +6,7 @@
 pub(crate) mod node;
 pub(crate) mod tree;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,10 +14,10 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use self::node::{
-    blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, node_type, split_sizes,
-    Child, LeafEntry, Val, BODY_ROOM, INLINE_MAX, INTERNAL,
+    blob_pages, decode_internal, decode_leaf, node_type, Child, LeafEntry, Val, BODY_ROOM,
+    INLINE_MAX, INTERNAL,
 };
-use self::tree::{LeafCursor, TreeReader};
+use self::tree::{LeafCursor, MemQueue, NodeItem, TreeReader};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry};
@@ -67,7 +67,7 @@ pub struct BTree {
     ctx: IndexContext,
     params: BTreeParams,
     current: RwLock<Arc<Version>>,
-    queue: Mutex<VecDeque<Arc<Memtable>>>,
+    queue: MemQueue,
     job: Mutex<Option<Job>>,
     durable: AtomicU64,
     counters: Counters,
@@ -118,7 +118,7 @@ impl BTree {
                 entries,
                 _epoch: epoch,
             })),
-            queue: Mutex::new(VecDeque::new()),
+            queue: MemQueue::default(),
             job: Mutex::new(None),
             durable: AtomicU64::new(durable_seq),
             counters: Counters::default(),
@@ -175,13 +175,6 @@ impl BTree {
         }
     }
 
-    fn write_page(&self, page: u64, fill: impl FnOnce(&mut [u8])) -> Result<()> {
-        let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
-        fill(&mut buf[..PAGE_BODY]);
-        self.counters.pages_written.fetch_add(1, Ordering::Relaxed);
-        self.ctx.store.write(page, &mut buf, Purpose::Merge)
-    }
-
     /// Moves large values of new entries to blob pages.
     fn place_blobs(&self, job: &mut Job, entries: &mut [LeafEntry]) -> Result<()> {
         for e in entries.iter_mut() {
@@ -232,27 +225,9 @@ impl BTree {
             let mut merged = self.merge_leaf(job, page, old, new, upper, snapshots)?;
             self.place_blobs(job, &mut merged)?;
             job.entries_in_tree += merged.len() as i64 - old_len;
-            let sizes: Vec<usize> = merged.iter().map(|e| e.encoded_len()).collect();
-            let target = BODY_ROOM * self.params.fill_percent as usize / 100;
-            let groups = split_sizes(&sizes, target);
-            if groups.len() > 1 {
-                self.counters
-                    .splits
-                    .fetch_add(groups.len() as u64 - 1, Ordering::Relaxed);
-            }
-            let mut out = Vec::with_capacity(groups.len());
-            let mut at = 0;
-            for g in groups {
-                let part = &merged[at..at + g];
-                at += g;
-                let p = self.alloc_page(job);
-                self.write_page(p, |b| encode_leaf(part, b))?;
-                out.push(Child {
-                    key: part[0].key.clone(),
-                    seq: part[0].seq,
-                    page: p,
-                });
-            }
+            let out = self.write_nodes(job, &merged)?;
+            let splits = (out.len() as u64).saturating_sub(1);
+            self.counters.splits.fetch_add(splits, Ordering::Relaxed);
             return Ok(out);
         }
         let children = decode_internal(&self.read_body(page, Purpose::Merge)?, page)?;
@@ -291,24 +266,17 @@ impl BTree {
     }
 
     fn pack_internal(&self, job: &mut Job, children: Vec<Child>) -> Result<Vec<Child>> {
-        if children.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sizes: Vec<usize> = children.iter().map(|c| c.encoded_len()).collect();
-        let groups = split_sizes(&sizes, BODY_ROOM * self.params.fill_percent as usize / 100);
-        let mut out = Vec::with_capacity(groups.len());
-        let mut at = 0;
-        for g in groups {
-            let part = &children[at..at + g];
-            at += g;
-            let p = self.alloc_page(job);
-            self.write_page(p, |b| encode_internal(part, b))?;
-            out.push(Child {
-                key: part[0].key.clone(),
-                seq: part[0].seq,
-                page: p,
-            });
-        }
+        self.write_nodes(job, &children)
+    }
+
+    /// Writes `items` as nodes at the fill target, each to a fresh page of the job.
+    fn write_nodes<T: NodeItem>(&self, job: &mut Job, items: &[T]) -> Result<Vec<Child>> {
+        let target = BODY_ROOM * self.params.fill_percent as usize / 100;
+        let mut alloc = || self.alloc_page(job);
+        let out = tree::write_nodes(&self.ctx.store, items, target, Purpose::Merge, &mut alloc)?;
+        let c = &self.counters;
+        c.pages_written
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
         Ok(out)
     }
 
@@ -462,7 +430,7 @@ impl BTree {
         });
         drop(cur);
         self.durable.store(durable_seq, Ordering::Release);
-        self.queue.lock().pop_front();
+        self.queue.pop();
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -470,37 +438,23 @@ impl BTree {
 
 impl Index for BTree {
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
-        if mem.is_empty() {
-            // Nothing to merge; it is durable as soon as the previous ones are.
-            return Ok(());
-        }
-        self.queue.lock().push_back(mem);
+        self.queue.push(mem);
         Ok(())
     }
 
     fn debt(&self) -> u64 {
-        let q = self.queue.lock();
-        let mut d: u64 = q.iter().map(|m| m.bytes()).sum();
-        if let Some(job) = self.job.try_lock().as_ref().and_then(|j| j.as_ref()) {
-            d = d.saturating_sub(job.done);
-        }
-        if !q.is_empty() {
-            d.max(1)
-        } else {
-            0
-        }
+        let job = self.job.try_lock();
+        self.queue
+            .debt(|| job.as_ref().and_then(|j| j.as_ref()).map_or(0, |j| j.done))
     }
 
     fn work(&self, budget: u64) -> Result<u64> {
         let mut slot = self.job.lock();
         if slot.is_none() {
-            let Some(mem) = self.queue.lock().front().cloned() else {
+            let Some((mem, input)) = self.queue.front() else {
                 return Ok(0);
             };
             let v = self.version();
-            let input = mem
-                .iter(Bound::Unbounded, Bound::Unbounded, false)
-                .peekable();
             *slot = Some(Job {
                 mem,
                 input,

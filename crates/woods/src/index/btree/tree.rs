@@ -1,16 +1,175 @@
 //! The read side of a copy-on-write B+-tree of [`node`](super::node) pages: descending to a
 //! leaf, cursors over the leaves in either direction, point lookups of a key's versions, and
 //! the structural check. Both the `btree` kind and the `pbt` kind (whose keys carry a partition
-//! prefix) read their trees through this module, so that there is one node implementation.
+//! prefix) read their trees through this module, so that there is one node implementation; the
+//! pieces both also use outside a tree on disk (collecting a key's versions, the order check of
+//! leaves, writing a level of nodes) are the free functions and [`LeafOrder`] here.
 
 use std::any::Any;
+use std::collections::VecDeque;
+use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::node::{blob_pages, decode_internal, decode_leaf, Child, LeafEntry, Val};
+use parking_lot::Mutex;
+
+use super::node::{
+    blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, split_sizes, Child,
+    LeafEntry, Val,
+};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_SEQ, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
-use crate::storage::{PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
+use crate::memtable::{MemIter, Memtable};
+use crate::storage::{AlignedBuf, PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
+
+/// Appends `versions` (one key's, newest first) to `out` up to and including the first Put or
+/// Delete; returns whether one ended them (false: only Merge operands, or none).
+pub(crate) fn collect_versions(
+    versions: impl Iterator<Item = Result<Entry>>,
+    out: &mut Vec<Entry>,
+) -> Result<bool> {
+    for e in versions {
+        let e = e?;
+        let stop = e.kind != Kind::Merge;
+        out.push(e);
+        if stop {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The frozen memtables handed to a tree kind by `absorb` and not yet merged, oldest first;
+/// the merge takes the front one and pops it when done.
+#[derive(Default)]
+pub(crate) struct MemQueue(Mutex<VecDeque<Arc<Memtable>>>);
+
+impl MemQueue {
+    /// Queues `mem`; an empty memtable has nothing to merge and is durable as soon as the
+    /// ones before it are, so it is not queued.
+    pub fn push(&self, mem: Arc<Memtable>) {
+        if !mem.is_empty() {
+            self.0.lock().push_back(mem);
+        }
+    }
+
+    /// The oldest memtable, and an iterator over all of it.
+    pub fn front(&self) -> Option<(Arc<Memtable>, Peekable<MemIter>)> {
+        let mem = self.0.lock().front().cloned()?;
+        let input = mem
+            .iter(Bound::Unbounded, Bound::Unbounded, false)
+            .peekable();
+        Some((mem, input))
+    }
+
+    /// Drops the oldest memtable, merged.
+    pub fn pop(&self) {
+        self.0.lock().pop_front();
+    }
+
+    /// Bytes queued less `done()` (what the merge of the front one has taken), and at least 1
+    /// while any memtable is queued.
+    pub fn debt(&self, done: impl FnOnce() -> u64) -> u64 {
+        let q = self.0.lock();
+        if q.is_empty() {
+            return 0;
+        }
+        let d: u64 = q.iter().map(|m| m.bytes()).sum();
+        d.saturating_sub(done()).max(1)
+    }
+}
+
+/// The order check of a sequence of leaves: each non-empty, every entry after the one before
+/// it in (key, seq descending) order, across leaf boundaries too.
+#[derive(Default)]
+pub(crate) struct LeafOrder {
+    last: Option<(Arc<[u8]>, u64)>,
+    /// Entries seen so far.
+    pub count: u64,
+}
+
+impl LeafOrder {
+    /// Checks the next leaf; the error says what is wrong with it.
+    pub fn leaf(&mut self, leaf: &[LeafEntry]) -> std::result::Result<(), &'static str> {
+        if leaf.is_empty() {
+            return Err("empty leaf");
+        }
+        for e in leaf {
+            if let Some((lk, ls)) = &self.last {
+                if cmp_entries(lk, *ls, &e.key, e.seq) != std::cmp::Ordering::Less {
+                    return Err("entries out of order");
+                }
+            }
+            self.last = Some((e.key.clone(), e.seq));
+            self.count += 1;
+        }
+        Ok(())
+    }
+}
+
+/// What a node holds: leaf entries or internal children, each starting at a (key, seq).
+pub(crate) trait NodeItem: Sized {
+    fn encoded_len(&self) -> usize;
+    /// The (key, seq) the item sits at: a node's separator is its first item's.
+    fn position(&self) -> (&Arc<[u8]>, u64);
+    /// Encodes a node of `items` into a page body.
+    fn encode(items: &[Self], body: &mut [u8]);
+}
+
+impl NodeItem for LeafEntry {
+    fn encoded_len(&self) -> usize {
+        LeafEntry::encoded_len(self)
+    }
+    fn position(&self) -> (&Arc<[u8]>, u64) {
+        (&self.key, self.seq)
+    }
+    fn encode(items: &[Self], body: &mut [u8]) {
+        encode_leaf(items, body)
+    }
+}
+
+impl NodeItem for Child {
+    fn encoded_len(&self) -> usize {
+        Child::encoded_len(self)
+    }
+    fn position(&self) -> (&Arc<[u8]>, u64) {
+        (&self.key, self.seq)
+    }
+    fn encode(items: &[Self], body: &mut [u8]) {
+        encode_internal(items, body)
+    }
+}
+
+/// Splits `items` into nodes filled to about `target` bytes ([`split_sizes`]) and writes each,
+/// one page per write request, to the page `alloc` gives it; returns the nodes as children
+/// (first item's position, page), in order.
+pub(crate) fn write_nodes<T: NodeItem>(
+    store: &PageFile,
+    items: &[T],
+    target: usize,
+    purpose: Purpose,
+    alloc: &mut dyn FnMut() -> u64,
+) -> Result<Vec<Child>> {
+    let sizes: Vec<usize> = items.iter().map(|c| c.encoded_len()).collect();
+    let groups = split_sizes(&sizes, target);
+    let mut out = Vec::with_capacity(groups.len());
+    let mut at = 0;
+    for g in groups {
+        let part = &items[at..at + g];
+        at += g;
+        let page = alloc();
+        let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
+        T::encode(part, &mut buf[..PAGE_BODY]);
+        store.write(page, &mut buf, purpose)?;
+        let (key, seq) = part[0].position();
+        out.push(Child {
+            key: key.clone(),
+            seq,
+            page,
+        });
+    }
+    Ok(out)
+}
 
 /// Reads the out-of-line value of `len` bytes at pages from `start`, which leaf page `leaf`
 /// points to. The pointer comes from disk: a length above the value limit, or pages outside the
@@ -131,15 +290,7 @@ impl TreeReader {
         cur.pos = cur
             .leaf
             .partition_point(|e| cmp_entries(&e.key, e.seq, key, seq) == std::cmp::Ordering::Less);
-        for e in cur {
-            let e = e?;
-            let stop = e.kind != Kind::Merge;
-            out.push(e);
-            if stop {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        collect_versions(cur, out)
     }
 
     /// Walks every node of the tree, checking separators against their children's first
@@ -148,10 +299,9 @@ impl TreeReader {
         if self.root == 0 {
             return Ok(0);
         }
-        let mut count = 0u64;
-        let mut last: Option<(Arc<[u8]>, u64)> = None;
-        self.check_node(self.root, self.height, None, &mut count, &mut last, leaf)?;
-        Ok(count)
+        let mut order = LeafOrder::default();
+        self.check_node(self.root, self.height, None, &mut order, leaf)?;
+        Ok(order.count)
     }
 
     fn check_node(
@@ -159,32 +309,22 @@ impl TreeReader {
         page: u64,
         height: u32,
         sep: Option<(&[u8], u64)>,
-        count: &mut u64,
-        last: &mut Option<(Arc<[u8]>, u64)>,
+        order: &mut LeafOrder,
         visit: &mut dyn FnMut(u64, &[LeafEntry]) -> Result<()>,
     ) -> Result<()> {
         let bad = |d: String| Error::corruption("btree", Some(page), d);
         if height <= 1 {
             let leaf = self.leaf(page)?;
-            if leaf.is_empty() {
-                return Err(bad("empty leaf".into()));
-            }
+            order.leaf(&leaf).map_err(|d| bad(d.into()))?;
             if let Some((k, s)) = sep {
                 if cmp_entries(&leaf[0].key, leaf[0].seq, k, s) != std::cmp::Ordering::Equal {
                     return Err(bad("separator differs from the child's first entry".into()));
                 }
             }
             for e in &leaf {
-                if let Some((lk, ls)) = last {
-                    if cmp_entries(lk, *ls, &e.key, e.seq) != std::cmp::Ordering::Less {
-                        return Err(bad("entries out of order".into()));
-                    }
-                }
                 if let Val::Blob { .. } = e.val {
                     self.value(e, page)?;
                 }
-                *last = Some((e.key.clone(), e.seq));
-                *count += 1;
             }
             return visit(page, &leaf);
         }
@@ -195,14 +335,7 @@ impl TreeReader {
             }
         }
         for c in &kids {
-            self.check_node(
-                c.page,
-                height - 1,
-                Some((&c.key, c.seq)),
-                count,
-                last,
-                visit,
-            )?;
+            self.check_node(c.page, height - 1, Some((&c.key, c.seq)), order, visit)?;
         }
         Ok(())
     }

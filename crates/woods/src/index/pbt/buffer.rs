@@ -11,9 +11,10 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::key::{self, PREFIX};
-use crate::entry::{cmp_entries, Entry, Kind};
+use crate::entry::{cmp_entries, Entry};
 use crate::error::Result;
 use crate::index::btree::node::{blob_pages, split_sizes, LeafEntry, Val, BODY_ROOM, INLINE_MAX};
+use crate::index::btree::tree::{collect_versions, LeafOrder};
 
 /// One leaf: entries in (tree key, seq descending) order.
 pub type Leaf = Arc<Vec<LeafEntry>>;
@@ -142,37 +143,20 @@ impl Buffered {
             return false;
         }
         let tk = key::tree_key(self.pnum, key);
-        let mut li = self.leaf_for(&tk, seq);
-        let mut pos = self.leaves[li]
+        let li = self.leaf_for(&tk, seq);
+        let pos = self.leaves[li]
             .partition_point(|e| cmp_entries(&e.key, e.seq, &tk, seq) == Ordering::Less);
-        loop {
-            if pos >= self.leaves[li].len() {
-                li += 1;
-                pos = 0;
-                if li >= self.leaves.len() {
-                    return false;
-                }
-            }
-            let e = &self.leaves[li][pos];
-            if e.key[..] != tk[..] {
-                return false;
-            }
-            out.push(to_entry(e));
-            if e.kind != Kind::Merge {
-                return true;
-            }
-            pos += 1;
-        }
+        let from = self.leaves[li..].iter().flat_map(|l| l.iter()).skip(pos);
+        let mine = from.take_while(|e| e.key[..] == tk[..]);
+        // The entries are in memory: collecting them cannot fail.
+        collect_versions(mine.map(|e| Ok(to_entry(e))), out).unwrap_or(false)
     }
 
     /// Checks its invariants: leaves non-empty, within a page, in order, of its partition only.
     pub fn check(&self) -> std::result::Result<u64, String> {
-        let mut last: Option<&LeafEntry> = None;
-        let mut n = 0u64;
+        let mut order = LeafOrder::default();
         for (i, l) in self.leaves.iter().enumerate() {
-            if l.is_empty() {
-                return Err(format!("leaf {i} is empty"));
-            }
+            order.leaf(l).map_err(|d| format!("leaf {i}: {d}"))?;
             let size: usize = l.iter().map(|e| e.encoded_len()).sum();
             if size > BODY_ROOM {
                 return Err(format!("leaf {i} holds {size} bytes, more than a page"));
@@ -181,21 +165,15 @@ impl Buffered {
                 if !key::in_partition(&e.key, self.pnum) {
                     return Err(format!("leaf {i} holds a key of another partition"));
                 }
-                if let Some(p) = last {
-                    if cmp_entries(&p.key, p.seq, &e.key, e.seq) != Ordering::Less {
-                        return Err(format!("leaf {i}: entries out of order"));
-                    }
-                }
                 let uk = &e.key[PREFIX..];
                 if self.min.as_ref().is_none_or(|m| uk < &m[..])
                     || self.max.as_ref().is_none_or(|m| uk > &m[..])
                 {
                     return Err(format!("leaf {i}: a key outside the partition's key range"));
                 }
-                last = Some(e);
-                n += 1;
             }
         }
+        let n = order.count;
         if n != self.entries {
             return Err(format!("{n} entries, the metadata counts {}", self.entries));
         }

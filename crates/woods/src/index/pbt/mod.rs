@@ -29,7 +29,7 @@ mod policy;
 mod tests;
 mod write;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,7 +40,7 @@ use self::buffer::Buffered;
 use self::meta::Persisted;
 use self::write::{ExtentWriter, TreeEdit};
 use super::btree::node::{Child, LeafEntry, Val, BODY_ROOM};
-use super::btree::tree::{LeafCursor, TreeReader};
+use super::btree::tree::{LeafCursor, MemQueue, TreeReader};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -133,7 +133,7 @@ pub struct Pbt {
     ctx: IndexContext,
     params: PbtParams,
     state: RwLock<Arc<State>>,
-    queue: Mutex<VecDeque<Arc<Memtable>>>,
+    queue: MemQueue,
     job: Mutex<Job>,
     merge_lock: Mutex<()>,
     durable: AtomicU64,
@@ -216,7 +216,7 @@ impl Pbt {
             ctx,
             params,
             state: RwLock::new(Arc::new(state)),
-            queue: Mutex::new(VecDeque::new()),
+            queue: MemQueue::default(),
             job: Mutex::new(Job::default()),
             merge_lock: Mutex::new(()),
             durable: AtomicU64::new(durable_seq),
@@ -829,10 +829,7 @@ impl Drop for Pbt {
 
 impl Index for Pbt {
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
-        if mem.is_empty() {
-            return Ok(());
-        }
-        self.queue.lock().push_back(mem);
+        self.queue.push(mem);
         Ok(())
     }
 
@@ -840,16 +837,12 @@ impl Index for Pbt {
     /// and, when ACTIVE must switch, its pages (correction 9); and a merge of every partition
     /// while more than twice `max_partitions` are persisted ([`Pbt::merge_forced`]).
     fn debt(&self) -> u64 {
-        let q = self.queue.lock();
-        let mut d: u64 = q.iter().map(|m| m.bytes()).sum();
         let job = self.job.try_lock();
-        if let Some(a) = job.as_ref().and_then(|j| j.absorb.as_ref()) {
-            d = d.saturating_sub(a.done);
-        }
-        if !q.is_empty() {
-            d = d.max(1);
-        }
-        drop(q);
+        let mut d = self.queue.debt(|| {
+            job.as_ref()
+                .and_then(|j| j.absorb.as_ref())
+                .map_or(0, |a| a.done)
+        });
         let st = self.state();
         if let Some(c) = &st.closing {
             let written = job
@@ -872,10 +865,7 @@ impl Index for Pbt {
         let mut job = self.job.lock();
         // 1. Absorb: writers never wait for an eviction to take their memtable.
         if job.absorb.is_none() {
-            if let Some(mem) = self.queue.lock().front().cloned() {
-                let input = mem
-                    .iter(Bound::Unbounded, Bound::Unbounded, false)
-                    .peekable();
+            if let Some((mem, input)) = self.queue.front() {
                 job.absorb = Some(Absorbing {
                     mem,
                     input,
@@ -887,7 +877,7 @@ impl Index for Pbt {
             let (units, finished) = self.absorb_step(a, budget)?;
             if finished {
                 job.absorb = None;
-                self.queue.lock().pop_front();
+                self.queue.pop();
                 self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
             }
             return Ok(units.max(1));

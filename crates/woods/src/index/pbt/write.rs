@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::index::btree::node::{
-    blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, node_type, split_sizes,
-    Child, LeafEntry, Val, BODY_ROOM, INLINE_MAX, INTERNAL,
+    blob_pages, decode_internal, decode_leaf, encode_leaf, node_type, Child, LeafEntry, Val,
+    BODY_ROOM, INLINE_MAX, INTERNAL,
 };
+use crate::index::btree::tree::write_nodes;
 use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
 
 /// Writes pages in order, `chunk` pages per write request, into extents it allocates as it
@@ -260,28 +261,14 @@ impl<'a> TreeEdit<'a> {
     }
 
     fn pack(&mut self, children: Vec<Child>) -> Result<Vec<Child>> {
-        if children.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sizes: Vec<usize> = children.iter().map(|c| c.encoded_len()).collect();
-        let groups = split_sizes(&sizes, self.target);
-        let mut out = Vec::with_capacity(groups.len());
-        let mut at = 0;
-        for g in groups {
-            let part = &children[at..at + g];
-            at += g;
-            let page = self.store.alloc().alloc(1).start;
-            self.fresh.insert(page);
-            let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
-            encode_internal(part, &mut buf[..PAGE_BODY]);
-            self.store.write(page, &mut buf, self.purpose)?;
-            self.pages_written += 1;
-            out.push(Child {
-                key: part[0].key.clone(),
-                seq: part[0].seq,
-                page,
-            });
-        }
+        let (store, fresh) = (self.store, &mut self.fresh);
+        let mut alloc = || {
+            let page = store.alloc().alloc(1).start;
+            fresh.insert(page);
+            page
+        };
+        let out = write_nodes(store, &children, self.target, self.purpose, &mut alloc)?;
+        self.pages_written += out.len() as u64;
         Ok(out)
     }
 
