@@ -618,6 +618,7 @@ fn run_parent(
         no_wal: args.no_wal,
         background_threads: Some(args.background_threads),
         row_cache_bytes: args.row_cache_bytes,
+        expected_entries: Some(records),
     };
     let split = config.split();
     let spec_for = |name: &str, dir: PathBuf| RunSpec {

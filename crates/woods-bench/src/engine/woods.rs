@@ -24,7 +24,11 @@ impl WoodsEngine {
     /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns; with
     /// `cfg.no_wal` there is no log (`Options::wal = false`).
     pub fn open(kind: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
-        let index = IndexKind::from_name(kind).map_err(|e| err("index kind", e))?;
+        let mut index = IndexKind::from_name(kind).map_err(|e| err("index kind", e))?;
+        if let (IndexKind::FdTree(p), Some(n)) = (&mut index, cfg.expected_entries) {
+            // The cost model plans k for the run's size, not woods' default 10^8 entries.
+            p.expected_entries = n.max(1);
+        }
         let split = cfg.split();
         let opts = Options {
             index: Some(index),
