@@ -169,6 +169,66 @@ pub fn throughput(path: &Path, title: &str, series: &[Series]) -> ChartResult {
     root.present().map_err(err)
 }
 
+/// Mean time per operation in each window of consecutive operations (`--window`), one line
+/// per engine, on a logarithmic axis: the FD-tree paper's Fig. 6, where the merges into the
+/// lowest levels stand out as spikes.
+pub fn windows(path: &Path, title: &str, series: &[Series]) -> ChartResult {
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let window = series
+        .iter()
+        .map(|s| s.phase.window_ops)
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let x_max = series
+        .iter()
+        .map(|s| s.phase.window_mean_ns.len())
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64
+        * window;
+    let all = || {
+        series
+            .iter()
+            .flat_map(|s| s.phase.window_mean_ns.iter().copied())
+    };
+    let y_max = decade_above(all().fold(0.0f64, f64::max) / 1e3);
+    let y_min = decade_below(all().fold(f64::MAX, f64::min).max(1.0) / 1e3).min(y_max / 10.0);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0.0..x_max, (y_min..y_max).log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("operations (windows of {})", count(window)))
+        .y_desc("mean time per operation (µs)")
+        .x_label_formatter(&|v| count(*v))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(err)?;
+    for s in series {
+        let c = color(s.index);
+        let pts: Vec<(f64, f64)> = s
+            .phase
+            .window_mean_ns
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| ((i as f64 + 0.5) * window, (ns / 1e3).max(y_min)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+            .map_err(err)?
+            .label(s.engine.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    root.present().map_err(err)
+}
+
 fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
     pos: SeriesLabelPosition,

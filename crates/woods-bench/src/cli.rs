@@ -178,6 +178,11 @@ pub struct BenchArgs {
     /// finish is measured by `--workloads fillrandom --duration SECS`.
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     pub duration: Option<u64>,
+    /// Also keep each phase's mean time per operation over every window of W consecutive
+    /// operations (of each client thread), in the JSON and drawn as windows-N-PHASE.svg: the
+    /// FD-tree paper's Fig. 6 is windows of 100,000 inserts [default: none].
+    #[arg(long, value_name = "W", default_value_t = 0)]
+    pub window: u64,
     /// Request distribution of every YCSB phase [default: each workload's own: latest for
     /// ycsb-d, zipfian for the others].
     #[arg(long, value_enum, value_name = "D")]
@@ -675,6 +680,7 @@ fn run_parent(
         no_wal: args.no_wal,
         background_threads: Some(args.background_threads),
         row_cache_bytes: args.row_cache_bytes,
+        expected_entries: Some(records),
     };
     let split = config.split();
     let spec_for = |name: &str, dir: PathBuf| RunSpec {
@@ -693,6 +699,7 @@ fn run_parent(
         seed: args.seed,
         progress: true,
         duration: args.duration.map(std::time::Duration::from_secs),
+        window: args.window,
     };
     // The children would find the same mistakes, once per engine.
     spec_for("", PathBuf::new())

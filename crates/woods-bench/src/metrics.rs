@@ -152,6 +152,13 @@ pub struct Recorder {
     per_second: Vec<u64>,
     /// When the last operation ended, from the start.
     last: Duration,
+    /// Operations per window of [`Recorder::windows`] (0: none kept).
+    window: u64,
+    /// Per window of `window` consecutive operations of this recorder: their latencies
+    /// summed (ns) and their count.
+    windows: Vec<(u64, u64)>,
+    /// Operations recorded.
+    ops: u64,
 }
 
 /// Longest latency the histogram resolves; longer ones are clamped to it (and still the max).
@@ -172,7 +179,16 @@ impl Recorder {
             start,
             per_second: Vec::new(),
             last: Duration::ZERO,
+            window: 0,
+            windows: Vec::new(),
+            ops: 0,
         }
+    }
+
+    /// Also keeps the latency of each window of `ops` consecutive operations (0: none).
+    pub fn with_window(mut self, ops: u64) -> Recorder {
+        self.window = ops;
+        self
     }
 
     /// Adds `other`'s operations (timed from the same start) to this one's.
@@ -187,6 +203,16 @@ impl Recorder {
             *a += b;
         }
         self.last = self.last.max(other.last);
+        // Client threads' windows add up by position: window i of T clients is T·window
+        // operations, each client's i-th.
+        self.window = self.window.max(other.window);
+        if other.windows.len() > self.windows.len() {
+            self.windows.resize(other.windows.len(), (0, 0));
+        }
+        for (a, b) in self.windows.iter_mut().zip(&other.windows) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
     }
 
     /// When the phase started.
@@ -205,6 +231,23 @@ impl Recorder {
             self.per_second.resize(sec + 1, 0);
         }
         self.per_second[sec] += 1;
+        if let Some(w) = self.ops.checked_div(self.window) {
+            let w = w as usize;
+            if w >= self.windows.len() {
+                self.windows.resize(w + 1, (0, 0));
+            }
+            self.windows[w].0 += ns;
+            self.windows[w].1 += 1;
+        }
+        self.ops += 1;
+    }
+
+    /// The mean latency (ns) of each window of operations (empty without a window).
+    pub fn window_means(&self) -> Vec<f64> {
+        self.windows
+            .iter()
+            .map(|&(ns, n)| ns as f64 / n.max(1) as f64)
+            .collect()
     }
 
     pub fn count(&self) -> u64 {
@@ -325,6 +368,18 @@ mod tests {
         assert_eq!(at(0.99), l.p99_ns);
         assert_eq!(at(0.999), l.p999_ns);
         assert_eq!(s.last().unwrap().ns, l.max_ns);
+    }
+
+    #[test]
+    fn windows_hold_the_mean_latency_of_consecutive_operations() {
+        let mut r = Recorder::new().with_window(4);
+        let t0 = r.start();
+        // Ten operations of 1..=10 µs: windows {1..4}, {5..8}, {9, 10}.
+        for i in 1..=10u64 {
+            r.record(t0, t0 + Duration::from_micros(i));
+        }
+        assert_eq!(r.window_means(), [2_500.0, 6_500.0, 9_500.0]);
+        assert!(Recorder::new().window_means().is_empty());
     }
 
     #[test]

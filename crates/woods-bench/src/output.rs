@@ -87,6 +87,13 @@ pub fn write_charts(rep: &BenchReport, dir: &Path) -> Result<Vec<PhaseCharts>, S
                 charts::write_amp,
             ));
         }
+        if series.iter().any(|s| !s.phase.window_mean_ns.is_empty()) {
+            kinds.push((
+                "windows",
+                format!("{}: mean time per operation by window", w.name()),
+                charts::windows,
+            ));
+        }
         for (kind, title, draw) in kinds {
             let file = format!("{kind}-{tag}.svg");
             let path = dir.join(&file);

@@ -260,6 +260,10 @@ pub struct RunSpec {
     /// phases after a load need every record.
     #[serde(default)]
     pub duration: Option<std::time::Duration>,
+    /// Keep the mean latency of each window of this many operations of a client
+    /// (`--window`; 0: none), as `PhaseResult::window_mean_ns`.
+    #[serde(default)]
+    pub window: u64,
 }
 
 impl RunSpec {
@@ -289,6 +293,7 @@ impl RunSpec {
             seed: 0,
             progress: false,
             duration: None,
+            window: 0,
         }
     }
 
@@ -377,6 +382,10 @@ impl RunSpec {
     }
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// How many operations of each kind a phase did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpCounts {
@@ -431,6 +440,14 @@ pub struct PhaseResult {
     pub latency: Latency,
     /// Operations completed in each second of the phase.
     pub per_second: Vec<u64>,
+    /// The mean latency (ns) of each window of `RunSpec::window` consecutive operations (of
+    /// each client: with T clients a window holds T times as many), in order; empty without
+    /// `--window`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_mean_ns: Vec<f64>,
+    /// Operations of a window of `window_mean_ns` (per client); 0 without `--window`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_ops: u64,
     /// When the last operation ended, in seconds from the first one's start: the last entry
     /// of `per_second` covers a partial second, and `secs − ops_secs` is the drain and close.
     #[serde(default)]
@@ -799,7 +816,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
             })
             .collect()
     });
-    let mut rec = Recorder::starting_at(start);
+    let mut rec = Recorder::starting_at(start).with_window(s.spec.window);
     let mut mix = OpCounts::default();
     let mut checked = 0;
     let mut user_bytes = 0;
@@ -888,6 +905,8 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         },
         latency: rec.latency(),
         per_second: rec.per_second().to_vec(),
+        window_mean_ns: rec.window_means(),
+        window_ops: spec.window,
         ops_secs: rec.last_op().as_secs_f64(),
         user_bytes,
         proc_written,
@@ -1030,7 +1049,7 @@ impl<'a> Client<'a> {
         Client {
             ctx,
             t,
-            rec: Recorder::starting_at(start),
+            rec: Recorder::starting_at(start).with_window(spec.window),
             counts: OpCounts::default(),
             checked: 0,
             user_bytes: 0,

@@ -68,6 +68,10 @@ pub struct EngineConfig {
     /// woods' `Options::row_cache_bytes` (`--row-cache-bytes`). `None`: woods' default (none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_cache_bytes: Option<u64>,
+    /// The index size the run plans for (its record count): what the `fdtree` kinds' cost model
+    /// chooses k for (`FdTreeParams::expected_entries`). `None`: woods' default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_entries: Option<u64>,
 }
 
 /// How a memory budget is divided between write buffers and the read cache.
@@ -90,6 +94,7 @@ impl EngineConfig {
             no_wal: false,
             background_threads: None,
             row_cache_bytes: None,
+            expected_entries: None,
         }
     }
 

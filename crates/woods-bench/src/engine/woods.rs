@@ -25,7 +25,7 @@ impl WoodsEngine {
     /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns; with
     /// `cfg.no_wal` there is no log (`Options::wal = false`).
     pub fn open(kind: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
-        let index = match kind {
+        let mut index = match kind {
             // The paper's build: no partition merge (issue 21's reproduction runs it beside the
             // default).
             "pbt-nomerge" => IndexKind::Pbt(woods::PbtParams {
@@ -34,6 +34,10 @@ impl WoodsEngine {
             }),
             _ => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
         };
+        if let (IndexKind::FdTree(p), Some(n)) = (&mut index, cfg.expected_entries) {
+            // The cost model plans k for the run's size, not woods' default 10^8 entries.
+            p.expected_entries = n.max(1);
+        }
         let split = cfg.split();
         let opts = Options {
             index: Some(index),

@@ -3,7 +3,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::format::Node;
+use super::format::{Fence, Node};
 use super::{Readahead, Run};
 use crate::entry::{Entry, MAX_SEQ};
 use crate::error::Result;
@@ -161,8 +161,14 @@ fn successor(key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// What a [`RunIter`] calls with each fence item it passes (FD-tree levels): the fence's key
+/// and what it points to.
+pub type FenceSink = Box<dyn FnMut(&[u8], Fence) + Send>;
+
 /// Iterator over a run's entries within key bounds, all versions, forward in entry order or
 /// exactly reversed. Reads pages lazily as it moves. After an error it yields nothing more.
+/// Fence items are not entries: they are skipped, or handed to a [`FenceSink`]
+/// ([`RunIter::with_fences`]).
 pub struct RunIter {
     run: Arc<Run>,
     lo: Bound<Vec<u8>>,
@@ -173,9 +179,18 @@ pub struct RunIter {
     started: bool,
     advance: bool,
     done: bool,
+    fences: Option<FenceSink>,
 }
 
 impl RunIter {
+    /// Hands every fence item the iterator passes to `sink`, in the order met: going forward,
+    /// each fence before the first entry that follows it (an FD-tree merge interleaves the
+    /// external fences it keeps this way).
+    pub fn with_fences(mut self, sink: FenceSink) -> Self {
+        self.fences = Some(sink);
+        self
+    }
+
     /// Caps the pages of one read-ahead request.
     pub(crate) fn set_readahead(&mut self, pages: u64) {
         self.cursor.ahead.max_pages = pages.max(1);
@@ -198,6 +213,7 @@ impl RunIter {
             started: false,
             advance: false,
             done: false,
+            fences: None,
         }
     }
 
@@ -257,8 +273,10 @@ impl RunIter {
                 return Ok(None);
             }
             // Fences (FD-tree levels) are not entries.
-            if item.fence.is_none() {
-                break;
+            match (item.fence, &mut self.fences) {
+                (None, _) => break,
+                (Some(f), Some(sink)) => sink(item.key, f),
+                (Some(_), None) => {}
             }
         }
         let Some((node, i)) = self.cursor.leaf() else {
@@ -293,8 +311,7 @@ impl Iterator for RunIter {
 }
 
 /// The data pages of a run in order, with all their items (fences included), read ahead in
-/// large requests: how an FD-tree merge reads the external fences it keeps, and how its check
-/// walks a level. After an error it yields nothing more.
+/// large requests: how an FD-tree check walks a level. After an error it yields nothing more.
 pub(crate) struct DataPages {
     run: Arc<Run>,
     purpose: Purpose,

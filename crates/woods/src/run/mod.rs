@@ -27,7 +27,7 @@ pub use builder::RunBuilder;
 #[cfg(test)]
 pub(crate) use builder::WRITES_IN_FLIGHT;
 pub(crate) use iter::DataPages;
-pub use iter::RunIter;
+pub use iter::{FenceSink, RunIter};
 pub use region::Region;
 
 use crate::cache::PageRef;

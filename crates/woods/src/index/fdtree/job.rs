@@ -23,7 +23,7 @@ use crate::entry::Entry;
 use crate::error::Result;
 use crate::memtable::Memtable;
 use crate::merge::{Compactor, EntryIter, MergeIter};
-use crate::run::{DataPages, Run, RunBuilder, RunOptions};
+use crate::run::{Fence, Run, RunBuilder, RunIter, RunOptions};
 use crate::storage::{PageFile, Purpose, PAGE_SIZE};
 
 /// Work units (bytes) charged per entry or fence on top of its key and value bytes.
@@ -62,6 +62,10 @@ pub fn plan(levels: &[LevelSize], mem_entries: u64, mem_pages: u64, k: u64, l0: 
     levels.len() + 1
 }
 
+/// What one call of `work` did, by the stage it found the job in: opening a cascade (and its
+/// first step), merging, writing fence levels, finishing a run, committing.
+pub const STEP_KINDS: [&str; 5] = ["start", "merge", "fences", "finish", "commit"];
+
 /// The tree's sizes a job needs: k, |L0| and the pages a merge writes in one request.
 #[derive(Clone, Copy, Debug)]
 pub struct Sizing {
@@ -73,77 +77,18 @@ pub struct Sizing {
 /// External fences met while reading a level that keeps them, for the merge to interleave.
 type FenceQueue = Arc<Mutex<VecDeque<HeadFence>>>;
 
-/// The entries of a level read page by page for a merge (fences are not entries); with a
-/// queue, its external fences go there as they are passed, so that by the time the merge
+/// The entries of a level read for a merge (the run's own iterator: fences are not entries);
+/// with a queue, its external fences go there as they are passed, so that by the time the merge
 /// emits an entry every fence ordering before it has been queued.
-struct LevelEntries {
-    run: Arc<Run>,
-    pages: DataPages,
-    node: Option<crate::run::format::Node>,
-    slot: usize,
-    fences: Option<FenceQueue>,
-    done: bool,
-}
-
-impl LevelEntries {
-    fn new(run: Arc<Run>, fences: Option<FenceQueue>) -> LevelEntries {
-        let pages = run.data_pages(Purpose::Merge);
-        LevelEntries {
-            run,
-            pages,
-            node: None,
-            slot: 0,
-            fences,
-            done: false,
-        }
-    }
-
-    fn step(&mut self) -> Result<Option<Entry>> {
-        loop {
-            if let Some(n) = &self.node {
-                while self.slot < n.count {
-                    let item = n.data(self.slot)?;
-                    self.slot += 1;
-                    match item.fence {
-                        Some(f) => {
-                            if let (false, Some(q)) = (f.internal, &self.fences) {
-                                q.lock().push_back((item.key.to_vec(), f.pid));
-                            }
-                        }
-                        None => {
-                            return self.run.item_entry(n.page, &item, Purpose::Merge).map(Some)
-                        }
-                    }
-                }
+fn level_entries(run: &Arc<Run>, fences: Option<FenceQueue>) -> RunIter {
+    let it = run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge);
+    match fences {
+        None => it,
+        Some(q) => it.with_fences(Box::new(move |key: &[u8], f: Fence| {
+            if !f.internal {
+                q.lock().push_back((key.to_vec(), f.pid));
             }
-            match self.pages.next() {
-                None => return Ok(None),
-                Some(n) => {
-                    self.node = Some(n?);
-                    self.slot = 0;
-                }
-            }
-        }
-    }
-}
-
-impl Iterator for LevelEntries {
-    type Item = Result<Entry>;
-    fn next(&mut self) -> Option<Result<Entry>> {
-        if self.done {
-            return None;
-        }
-        match self.step() {
-            Ok(Some(e)) => Some(Ok(e)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        })),
     }
 }
 
@@ -214,14 +159,33 @@ fn mem_pages(mem: &Memtable) -> u64 {
     (mem.user_bytes() + mem.len() as u64 * 20) / PAGE_SIZE as u64
 }
 
-/// The work units of a cascade to `target`: every entry and fence read moved once, and a
-/// run finished per level.
+/// Units a step that finishes a run charges at most (a run's last chunk, index pages and
+/// header are written by steps of this many units).
+const FINISH_STEP_UNITS: u64 = 4 * PAGE_SIZE as u64;
+
+/// The work units of a cascade to `target`, an upper bound of what its steps charge (the Db's
+/// pacing schedule is this debt worked off as the next head tree fills: an estimate below the
+/// work leaves the rest to the insert that finds that head tree full). Every entry and fence
+/// read moved once; the fence levels rebuilt above `L_target` (one fence per page of the level
+/// below: under two per page of the new `L_target` in all); and each run finished, in steps of
+/// [`FINISH_STEP_UNITS`] with the index pages it writes.
 fn units(mem: &Memtable, base: &Version, target: usize) -> u64 {
     let mut total = mem.user_bytes() + ITEM_UNITS * mem.len() as u64;
+    let mut pages = mem_pages(mem) + 1;
     for l in base.levels.iter().take(target) {
         total += l.meta().user_bytes + ITEM_UNITS * l.items();
+        pages += l.pages();
     }
-    total + (target as u64 + 1) * PAGE_SIZE as u64
+    // Internal fences and pages closed early (CONT_PREV groups) take room too.
+    let pages = pages + pages / 8;
+    // A key is at most an entry's key and value: an upper bound of a fence's bytes.
+    let key = mem.user_bytes().div_ceil(mem.len().max(1) as u64) + ITEM_UNITS;
+    if target > 1 {
+        total += 2 * pages * key;
+    }
+    // Index pages of all the runs: under twice those over L_target's data pages.
+    let index_pages = 2 * (pages * (key + 16)).div_ceil(PAGE_SIZE as u64) + target as u64;
+    total + index_pages * PAGE_SIZE as u64 + 3 * target as u64 * FINISH_STEP_UNITS
 }
 
 impl Job {
@@ -270,8 +234,8 @@ impl Job {
         ))];
         for (i, l) in base.levels.iter().take(target).enumerate() {
             let keep = i + 1 == target && !bottom;
-            sources.push(Box::new(LevelEntries::new(
-                l.run()?.clone(),
+            sources.push(Box::new(level_entries(
+                l.run()?,
                 keep.then(|| fences.clone()),
             )));
         }
@@ -295,6 +259,16 @@ impl Job {
             pages: Vec::new(),
             store: store.clone(),
         })
+    }
+
+    /// What the job's next step does, as an index of [`STEP_KINDS`].
+    pub fn next_step_kind(&self) -> usize {
+        match self.stage {
+            Stage::Merge { .. } => 1,
+            Stage::Fences { .. } => 2,
+            Stage::Finish { .. } => 3,
+            Stage::Ready | Stage::Empty => 4,
+        }
     }
 
     /// Whether every level is built (or the tree emptied): the job can commit.
@@ -413,7 +387,7 @@ impl Job {
             }
             Stage::Finish { level, mut out } => {
                 let finished = out.finish_step(budget)?;
-                self.done = self.done.saturating_add(budget.min(4 * PAGE_SIZE as u64));
+                self.done = self.done.saturating_add(budget.min(FINISH_STEP_UNITS));
                 if !finished {
                     Stage::Finish { level, out }
                 } else {

@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use self::job::{capacity, Job, Sizing};
+use self::job::{capacity, Job, Sizing, STEP_KINDS};
 use self::version::{decode_meta, encode_meta, open_levels, Level, Version};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
@@ -55,7 +55,16 @@ use crate::memtable::Memtable;
 use crate::merge::EntryIter;
 use crate::options::FdTreeParams;
 use crate::run::{RunIter, AUX_CONT_PREV};
-use crate::storage::{Extent, Purpose};
+use crate::storage::{Extent, Purpose, PAGE_SIZE};
+
+/// De-amortized, the debt carries `1/COMMIT_SLACK` of the cascade's estimate on top of the
+/// work left, paid only by the commit: the Db's pacing, which works the debt off as the next
+/// head tree fills, then ends the merge work with about a quarter of that head tree still
+/// free, time for the commit's data sync and manifest commit before the head tree is full.
+/// (The paper's rate, `⌈N_merge/(|L0| − F_new)⌉` per insert, ends the merge as `L'_0` fills;
+/// it has no syncs. Without the slack a commit whose syncs took 280 ms on this machine made
+/// the insert that filled the head tree wait for them.)
+const COMMIT_SLACK: u64 = 4;
 
 #[derive(Default)]
 struct Counters {
@@ -67,6 +76,20 @@ struct Counters {
     entries_merged: AtomicU64,
     fallback_reads: AtomicU64,
     largest_step: AtomicU64,
+    /// Bytes of the runs written for each level by the cascades (index 0: L1): where the
+    /// write amplification comes from.
+    level_bytes: Mutex<Vec<u64>>,
+    /// Items (entries and fences) the cascades read and wrote, and the time spent in them:
+    /// the measured cost of moving one item, which the cost model's device constants stand for.
+    items_read: AtomicU64,
+    items_written: AtomicU64,
+    merge_micros: AtomicU64,
+    /// The longest `work` call and the most bytes one wrote, by [`job::STEP_KINDS`].
+    step_max_micros: [AtomicU64; 5],
+    step_max_bytes: [AtomicU64; 5],
+    /// The most work units a cascade did beyond its estimate (debt then reads 1 until it
+    /// commits, and the Db's pacing no longer charges writers for what is left).
+    estimate_overrun: AtomicU64,
 }
 
 /// The FD-tree index.
@@ -103,11 +126,15 @@ impl FdTree {
             };
             let k = match params.ratio {
                 0 => {
+                    let f = cost::fanout();
                     cost::choose_k(
-                        params.expected_entries,
-                        l0,
-                        cost::fanout(),
-                        f64::from(params.search_percent) / 100.0,
+                        &cost::Workload {
+                            n: params.expected_entries,
+                            l0,
+                            f,
+                            cache_entries: ctx.store.cache().stats().capacity_pages * f,
+                            search_share: f64::from(params.search_percent) / 100.0,
+                        },
                         &cost::Device::default(),
                     )
                     .k
@@ -154,6 +181,11 @@ impl FdTree {
         }
     }
 
+    /// Bytes the data file has written for merges (every index's merges: one per Db).
+    fn merge_written(&self) -> u64 {
+        self.ctx.store.counters().snapshot().written(Purpose::Merge)
+    }
+
     /// The published version.
     pub fn version(&self) -> Arc<Version> {
         self.current.read().clone()
@@ -164,23 +196,38 @@ impl FdTree {
         self.counters.largest_step.load(Ordering::Relaxed)
     }
 
+    /// The debt: the cascade's units left, and de-amortized a quarter of its estimate on top
+    /// until it commits ([`COMMIT_SLACK`]).
     fn refresh_debt(&self, job: &Option<Job>) {
+        let slack = |total: u64| {
+            if self.params.deamortized {
+                total / COMMIT_SLACK
+            } else {
+                0
+            }
+        };
         let d = match job {
-            Some(j) => j.debt(),
+            Some(j) => j.debt() + slack(j.total),
             None => match &*self.queued.lock() {
                 // Not started yet: the work its plan estimates.
-                Some(m) => Job::estimate(m, &self.version(), self.k, self.l0).max(1),
+                Some(m) => {
+                    let e = Job::estimate(m, &self.version(), self.k, self.l0).max(1);
+                    e + slack(e)
+                }
                 None => 0,
             },
         };
         self.debt.store(d, Ordering::Release);
     }
 
-    /// Runs the cascade: all of it in plain mode, about `budget` units de-amortized.
-    fn run_job(&self, slot: &mut Option<Job>, budget: u64) -> Result<u64> {
+    /// Runs the cascade: all of it in plain mode, about `budget` units de-amortized, where
+    /// opening the cascade, each step and the commit are separate calls. Returns the units
+    /// done and which of [`STEP_KINDS`] the call was.
+    fn run_job(&self, slot: &mut Option<Job>, budget: u64) -> Result<(u64, usize)> {
+        let mut kind = slot.as_ref().map_or(0, Job::next_step_kind);
         if slot.is_none() {
             let Some(mem) = self.queued.lock().clone() else {
-                return Ok(0);
+                return Ok((0, kind));
             };
             *slot = Some(Job::start(
                 &self.ctx.store,
@@ -196,24 +243,29 @@ impl FdTree {
             )?);
         }
         let Some(job) = slot.as_mut() else {
-            return Ok(0);
+            return Ok((0, kind));
         };
         let mut done = 0u64;
         if self.params.deamortized {
-            done = job.step(budget.max(1))?;
+            if !job.ready() {
+                // The commit (a data sync and a manifest commit) is a call of its own.
+                return Ok((job.step(budget.max(1))?.max(1), kind));
+            }
         } else {
             // The whole cascade in this call.
             while !job.ready() {
                 done = done.saturating_add(job.step(u64::MAX)?);
             }
+            kind = 0;
         }
-        if job.ready() {
-            if let Some(job) = slot.take() {
-                done = done.saturating_add(1);
-                self.commit(job)?;
-            }
+        if let Some(job) = slot.take() {
+            done = done.saturating_add(1);
+            self.counters
+                .estimate_overrun
+                .fetch_max(job.done.saturating_sub(job.total), Ordering::Relaxed);
+            self.commit(job)?;
         }
-        Ok(done.max(1))
+        Ok((done.max(1), kind))
     }
 
     /// Makes a finished cascade durable (data file sync, manifest commit) and publishes it.
@@ -264,6 +316,24 @@ impl FdTree {
         if target > base.levels.len() {
             c.levels_added.fetch_add(1, Ordering::Relaxed);
         }
+        {
+            let mut bytes = c.level_bytes.lock();
+            if bytes.len() < target {
+                bytes.resize(target, 0);
+            }
+            // `built` runs from L_target up to L1.
+            for (n, l) in job.built.iter().enumerate() {
+                let pages: u64 = l.extents().iter().map(|e| e.pages).sum();
+                bytes[target - 1 - n] += pages * PAGE_SIZE as u64;
+            }
+        }
+        let read: u64 = base.levels.iter().take(target).map(|l| l.items()).sum();
+        c.items_read
+            .fetch_add(read + job.mem.len() as u64, Ordering::Relaxed);
+        c.items_written.fetch_add(
+            job.built.iter().map(|l| l.items()).sum::<u64>(),
+            Ordering::Relaxed,
+        );
         c.entries_merged
             .fetch_add(job.mem.len() as u64, Ordering::Relaxed);
         *self.current.write() = Arc::new(Version::new(levels, Some(head), epoch));
@@ -378,17 +448,24 @@ impl Index for FdTree {
 
     fn work(&self, budget: u64) -> Result<u64> {
         let mut slot = self.job.lock();
+        let started = std::time::Instant::now();
+        let wrote = self.merge_written();
         let r = self.run_job(&mut slot, budget);
+        let micros = started.elapsed().as_micros() as u64;
+        let c = &self.counters;
+        c.merge_micros.fetch_add(micros, Ordering::Relaxed);
         if r.is_err() {
             if let Some(job) = slot.take() {
                 job.abort();
             }
         }
         self.refresh_debt(&slot);
-        if let Ok(n) = &r {
-            self.counters.largest_step.fetch_max(*n, Ordering::Relaxed);
-        }
-        r
+        let (n, kind) = r?;
+        c.largest_step.fetch_max(n, Ordering::Relaxed);
+        c.step_max_micros[kind].fetch_max(micros, Ordering::Relaxed);
+        let wrote = self.merge_written().saturating_sub(wrote);
+        c.step_max_bytes[kind].fetch_max(wrote, Ordering::Relaxed);
+        Ok(n)
     }
 
     fn durable_seq(&self) -> u64 {
@@ -451,12 +528,30 @@ impl Index for FdTree {
             ("entries_merged", &c.entries_merged),
             ("cont_prev_lookups", &c.fallback_reads),
             ("largest_step_units", &c.largest_step),
+            ("merge_items_read", &c.items_read),
+            ("merge_items_written", &c.items_written),
+            ("merge_micros", &c.merge_micros),
         ] {
             s.counters.insert(name.into(), a.load(Ordering::Relaxed));
         }
         for (i, n) in c.ended_at.lock().iter().enumerate() {
             s.counters
                 .insert(format!("cascades_ending_at_L{}", i + 1), *n);
+        }
+        for (i, name) in STEP_KINDS.iter().enumerate() {
+            let micros = c.step_max_micros[i].load(Ordering::Relaxed);
+            let bytes = c.step_max_bytes[i].load(Ordering::Relaxed);
+            s.counters
+                .insert(format!("largest_step_micros_{name}"), micros);
+            s.counters
+                .insert(format!("largest_step_bytes_{name}"), bytes);
+        }
+        s.counters.insert(
+            "largest_estimate_overrun_units".into(),
+            c.estimate_overrun.load(Ordering::Relaxed),
+        );
+        for (i, n) in c.level_bytes.lock().iter().enumerate() {
+            s.counters.insert(format!("bytes_written_L{}", i + 1), *n);
         }
         s.shape.push(format!(
             "k {} (|L_i| = k^i·|L0|), f {} entries of 16 bytes a page, {}",
