@@ -259,7 +259,7 @@ impl Keys {
                 let v = rng.unit();
                 (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos() * 1000.0
             }
-            Keys::SeqNoise if i % 2 == 0 => i as f64,
+            Keys::SeqNoise if i.is_multiple_of(2) => i as f64,
             Keys::SeqNoise => rng.unit() * i as f64,
         };
         ordered(x)

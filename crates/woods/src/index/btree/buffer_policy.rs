@@ -352,7 +352,11 @@ mod tests {
         // Half the inserts append at the end of the key space: one leaf takes half the hits.
         let mut appends = IidTest::new(DEFAULT_IID_WINDOW);
         for i in 0..5000u64 {
-            appends.observe(if i % 2 == 0 { n - 1 } else { next() % n });
+            appends.observe(if i.is_multiple_of(2) {
+                n - 1
+            } else {
+                next() % n
+            });
         }
         let v = appends.verdict(n);
         assert!(!v.iid && v.collision_ratio > 10.0, "appends: {v:?}");
@@ -369,7 +373,11 @@ mod tests {
         let mut hot = IidTest::new(DEFAULT_IID_WINDOW);
         for _ in 0..5000u64 {
             let r = next();
-            hot.observe(if r % 10 != 0 { r % (n / 10) } else { r % n });
+            hot.observe(if !r.is_multiple_of(10) {
+                r % (n / 10)
+            } else {
+                r % n
+            });
         }
         let v = hot.verdict(n);
         assert!(!v.iid && v.collision_ratio > 5.0, "hot range: {v:?}");
