@@ -286,6 +286,20 @@ pub struct BenchArgs {
     /// Internal: what the parent arranged for the child (JSON).
     #[arg(long, hide = true, value_name = "SETUP")]
     pub child_setup: Option<String>,
+    /// A tool that runs instead of the engines' comparison.
+    #[command(subcommand)]
+    pub tool: Option<BenchTool>,
+}
+
+/// `woods bench TOOL`: instruments beside the comparison of engines.
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum BenchTool {
+    /// Simulate the ball-recycling game of insertion buffers (seed 004 ch. 5): the recycle rate
+    /// of each flush policy on fixed bins and in a B-tree with splitting leaves, as markdown.
+    Recycle(crate::recycle::RecycleArgs),
+    /// Age every ordered woods index kind under clustered churn (seed 004 ch. 4) and compare
+    /// its scans with a freshly loaded copy: aging factor and layout score per cycle.
+    Aging(crate::aging::AgingArgs),
 }
 
 /// The `woods-bench` binary's command line: the bench's arguments, and `--no-direct-io` (which
@@ -577,6 +591,11 @@ pub fn run_with_engines(
     }
     if !args.series.is_empty() {
         return draw_series(args);
+    }
+    match &args.tool {
+        Some(BenchTool::Recycle(a)) => return crate::recycle::main(a),
+        Some(BenchTool::Aging(a)) => return crate::aging::main(a),
+        None => {}
     }
     if let Some(spec) = &args.tpcc_child {
         return crate::tpcc::child_main(spec, extra);

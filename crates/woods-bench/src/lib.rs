@@ -27,6 +27,7 @@
 //! # Ok::<(), woods_bench::engine::BenchError>(())
 //! ```
 
+pub mod aging;
 pub mod cgroup;
 pub mod charts;
 pub mod child;
@@ -39,6 +40,7 @@ pub mod gen;
 pub mod machine;
 pub mod metrics;
 pub mod output;
+pub mod recycle;
 pub mod report;
 pub mod series;
 pub mod tpcc;

@@ -147,6 +147,10 @@ pub struct IoCounters {
     write_bytes: [AtomicU64; 5],
     write_ops: [AtomicU64; 5],
     syncs: AtomicU64,
+    data_reads: AtomicU64,
+    data_reads_contiguous: AtomicU64,
+    /// One past the page after the last data-file read (0: none yet).
+    next_read_page: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -162,6 +166,13 @@ pub struct IoSnapshot {
     pub write_ops: [u64; 5],
     /// File and directory syncs.
     pub syncs: u64,
+    /// Device read requests of the data file, whatever their purpose (cache misses, scans'
+    /// windows, read-ahead).
+    pub data_reads: u64,
+    /// Of [`data_reads`](IoSnapshot::data_reads), those that began at the page right after the
+    /// previous request's last page: the numerator of seed 004 ch. 4's dynamic layout score
+    /// (spec §2.3), the share of requests contiguous with the one before.
+    pub data_reads_contiguous: u64,
 }
 
 impl IoSnapshot {
@@ -192,6 +203,17 @@ impl IoCounters {
         self.write_bytes[p as usize].fetch_add(bytes as u64, Ordering::Relaxed);
         self.write_ops[p as usize].fetch_add(1, Ordering::Relaxed);
     }
+    /// Counts a device read of `pages` data-file pages from `start`, and whether it began where
+    /// the previous one ended (two relaxed atomics and a swap: cheap enough to stay on).
+    pub fn record_data_read(&self, start: u64, pages: u64) {
+        let prev = self
+            .next_read_page
+            .swap(start + pages + 1, Ordering::Relaxed);
+        self.data_reads.fetch_add(1, Ordering::Relaxed);
+        if prev == start + 1 {
+            self.data_reads_contiguous.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     pub fn record_sync(&self) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
     }
@@ -209,6 +231,8 @@ impl IoCounters {
             write_bytes: load(&self.write_bytes),
             write_ops: load(&self.write_ops),
             syncs: self.syncs.load(Ordering::Relaxed),
+            data_reads: self.data_reads.load(Ordering::Relaxed),
+            data_reads_contiguous: self.data_reads_contiguous.load(Ordering::Relaxed),
         }
     }
 }

@@ -290,6 +290,7 @@ fn read_pages(
     debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
     file.read_exact_at(buf, start * PAGE_SIZE as u64)?;
     counters.record_read(purpose, buf.len());
+    counters.record_data_read(start, (buf.len() / PAGE_SIZE) as u64);
     Ok(())
 }
 
@@ -375,6 +376,34 @@ mod tests {
         let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
         buf[..PAGE_BODY].fill(byte);
         pf.write(page, &mut buf, Purpose::Flush).unwrap();
+    }
+
+    /// The layout counters see every device read of the data file, cache misses and
+    /// read-behind included, and count those that begin where the previous one ended.
+    #[test]
+    fn data_reads_count_contiguous_requests() {
+        let pf = page_file();
+        for p in 1..=8 {
+            write_page(&pf, p, p as u8);
+        }
+        pf.cache().invalidate(3);
+        let before = pf.counters().snapshot();
+        pf.read_many(1, 2, Purpose::UserRead).unwrap(); // pages 1-2
+        pf.read(3, Purpose::UserRead).unwrap(); // a miss at 3: contiguous
+        pf.read(3, Purpose::UserRead).unwrap(); // a hit: no device read
+        pf.read_uncached(6, Purpose::UserRead).unwrap(); // a jump
+        let buf = AlignedBuf::zeroed(2 * PAGE_SIZE);
+        pf.read_behind(7, buf, 2 * PAGE_SIZE, Purpose::UserRead)
+            .wait()
+            .unwrap()
+            .0
+            .unwrap(); // 7-8: contiguous
+        let after = pf.counters().snapshot();
+        assert_eq!(after.data_reads - before.data_reads, 4);
+        assert_eq!(
+            after.data_reads_contiguous - before.data_reads_contiguous,
+            2
+        );
     }
 
     /// A page is stamped with the clock when it is written, covered by its checksum, and every

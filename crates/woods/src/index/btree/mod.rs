@@ -3,6 +3,7 @@
 //! written to a fresh location, and the new root becomes reachable only through the manifest
 //! commit, so a crash leaves the old or the new tree, never a torn one.
 
+pub mod buffer_policy;
 pub(crate) mod node;
 pub(crate) mod tree;
 
