@@ -295,7 +295,7 @@ fn split_halves_hold_the_merged_inputs() {
     build_tree(&mut h, &[vec![(parent, 0, 599)], leaves]);
     assert!(h.tree.is_full(&h.tree.version().levels[0][0]));
     assert_eq!(h.tree.choose(&h.tree.version()), Step::Split { d: 0, i: 0 });
-    h.tree.step().unwrap();
+    h.tree.step(u64::MAX).unwrap();
     assert_eq!(h.stat("splits"), 1);
     let v = h.tree.version();
     let (l, r) = (&v.levels[0][0], &v.levels[0][1]);
@@ -341,5 +341,78 @@ fn combine_flushes_the_candidate_into_its_children_and_removes_it() {
     assert!(h.stat("combines") >= 1);
     let v = h.tree.version();
     assert!(v.levels[0].len() <= 3);
+    h.verify();
+}
+
+/// Issue 19 item 3: a flush, split or combine is resumable, so one `work` call writes a bounded
+/// number of pages ([`Iam::call_bound_pages`]) however large the step; a whole step (one
+/// node flush) writes many times that bound.
+#[test]
+fn one_work_call_writes_a_bounded_number_of_pages() {
+    let seed = seed();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let node_bytes = 1 << 20;
+    let mut h = H::new(
+        Mode::Iam,
+        IamParams {
+            fanout: 3,
+            node_bytes,
+            ..IamParams::default()
+        },
+    );
+    let budget = 16 << 10;
+    let bound = h.tree.call_bound_pages(budget, 420);
+    // Writes are counted when an I/O thread has done them: each count waits for the writes
+    // handed off so far, so that a call is charged with the writes it handed off.
+    let written = |h: &H| {
+        while h.tree.ctx.store.io_in_flight() > 0 {
+            std::thread::yield_now();
+        }
+        let s = h.tree.ctx.store.counters().snapshot();
+        (s.written(Purpose::Flush) + s.written(Purpose::Merge)) / PAGE_SIZE as u64
+    };
+    let (mut max_call, mut max_job, mut job, mut calls) = (0u64, 0u64, 0u64, 0u64);
+    for _ in 0..14 {
+        // About one node of random keys per memtable.
+        let writes = batch((0..2_400).map(|_| rng.gen_range(0..100_000u64)), 400);
+        let m = Arc::new(Memtable::new(0));
+        for (k, v) in &writes {
+            h.seq += 1;
+            m.insert(k, h.seq, Kind::Put, v.as_deref().unwrap_or_default());
+            h.model.insert(k.clone(), v.clone().unwrap_or_default());
+        }
+        h.tree.absorb(m).unwrap();
+        loop {
+            let before = written(&h);
+            let done = h.tree.work(budget).unwrap();
+            let pages = written(&h) - before;
+            if done == 0 {
+                break;
+            }
+            calls += 1;
+            max_call = max_call.max(pages);
+            job += pages;
+            if !h.tree.job_active.load(Ordering::Acquire) {
+                max_job = max_job.max(job);
+                job = 0;
+            }
+        }
+    }
+    eprintln!(
+        "seed {seed}: {calls} calls, at most {max_call} pages per call (bound {bound}), \
+         largest step {max_job} pages, {} merges, {} splits",
+        h.stat("merges"),
+        h.stat("splits")
+    );
+    assert!(
+        max_call <= bound,
+        "a call wrote {max_call} pages, bound {bound}"
+    );
+    assert!(
+        max_job > 3 * bound,
+        "the largest step ({max_job} pages) should dwarf one call's bound ({bound})"
+    );
+    h.verify();
+    h.reopen();
     h.verify();
 }
