@@ -155,22 +155,26 @@ impl Iam {
         meta: &[u8],
         durable_seq: u64,
     ) -> Result<Iam> {
-        let (state, version) = if meta.is_empty() {
+        let (mut state, version) = if meta.is_empty() {
             (
                 MetaState {
                     next_id: 1,
-                    m: 0,
-                    k: 0,
+                    ..MetaState::default()
                 },
                 Version::default(),
             )
         } else {
             decode_meta(meta, &ctx.store)?
         };
-        let node_bytes = match params.node_bytes {
-            0 => ctx.memtable_bytes.max(16 << 10),
-            b => b,
+        // `C_t` is the one the tree was created with (issue 19 item 2): a reopen with another
+        // memtable size keeps it. Metadata of version 1 did not store it: it is taken from the
+        // options at that open, as it was then, and stored from the next commit on.
+        let node_bytes = match (state.node_bytes, params.node_bytes) {
+            (0, 0) => ctx.memtable_bytes.max(16 << 10),
+            (0, b) => b,
+            (stored, _) => stored,
         };
+        state.node_bytes = node_bytes;
         let mut tree = Iam {
             ctx,
             params,

@@ -416,3 +416,45 @@ fn one_work_call_writes_a_bounded_number_of_pages() {
     h.reopen();
     h.verify();
 }
+
+/// Issue 19 item 2: `C_t` is stored in the metadata, so a reopen with another memtable size
+/// keeps the node capacity the tree was created with; metadata of version 1, which lacks it,
+/// still opens and takes it from the options.
+#[test]
+fn node_capacity_is_kept_across_a_reopen_with_another_memtable_size() {
+    let mut h = H::new(
+        Mode::Lsa,
+        IamParams {
+            fanout: 3,
+            node_bytes: 0,
+            ..IamParams::default()
+        },
+    );
+    assert_eq!(
+        h.tree.node_bytes, C_T,
+        "C_t from the memtable size at creation"
+    );
+    h.load(&batch(0..200, 100));
+    let (ctx, state) = reopen_fault_ctx(&h.fs, 4 * C_T);
+    h.tree = Iam::open(
+        ctx,
+        h.params.clone(),
+        h.mode,
+        &state.index_meta,
+        state.durable_seq,
+    )
+    .unwrap();
+    assert_eq!(h.tree.node_bytes, C_T, "C_t kept across the reopen");
+    h.verify();
+    // Version 1: next id 1, m 0, k 0, no C_t, no levels.
+    let (st, v) = decode_meta(&[1, 1, 0, 0, 0], &h.tree.ctx.store).unwrap();
+    assert_eq!((st.next_id, st.node_bytes, v.levels.len()), (1, 0, 0));
+    let (ctx, _) = reopen_fault_ctx(&h.fs, 4 * C_T);
+    let old = Iam::open(ctx, h.params.clone(), h.mode, &[1, 1, 0, 0, 0], 0).unwrap();
+    assert_eq!(old.node_bytes, 4 * C_T, "version 1: C_t from the options");
+    let again = encode_meta(&v, &old.meta.lock());
+    assert_eq!(
+        decode_meta(&again, &old.ctx.store).unwrap().0.node_bytes,
+        4 * C_T
+    );
+}
