@@ -458,3 +458,63 @@ fn node_capacity_is_kept_across_a_reopen_with_another_memtable_size() {
         4 * C_T
     );
 }
+
+/// Pages the tree's version names: (region pages, pages outside regions, data pages of all
+/// sequences, filter pages, sequences).
+fn space_of(tree: &Iam) -> (u64, u64, u64, u64, u64) {
+    let v = tree.version();
+    let (mut region, mut over, mut data, mut filter, mut seqs) = (0, 0, 0, 0, 0);
+    for n in v.levels.iter().flatten() {
+        if let Some(f) = &n.file {
+            region += f.extent.pages;
+        }
+        for s in &n.seqs {
+            over += s.overflow().map(|e| e.pages).sum::<u64>();
+            data += s.meta().data_pages;
+            filter += s.meta().filter_pages;
+            seqs += 1;
+        }
+    }
+    (region, over, data, filter, seqs)
+}
+
+/// Issue 19 item 3: space of a small database (random overwrites of 4,000 keys of 100 bytes,
+/// memtable and `C_t` of 32 KiB), printed by part (regions, pages outside them, data and
+/// filter pages), and bounded loosely: the overhead is not yet fixed.
+#[test]
+fn small_database_space_is_bounded() {
+    for mode in [Mode::Lsa, Mode::Iam] {
+        let seed = seed();
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut h = H::new(
+            mode,
+            IamParams {
+                node_bytes: 0,
+                ..IamParams::default()
+            },
+        );
+        for pass in 0..30 {
+            let writes = batch((0..280).map(|_| rng.gen_range(0..4_000u64)), 100);
+            h.load(&writes);
+            let live: u64 = h
+                .model
+                .iter()
+                .map(|(k, v)| (k.len() + v.len()) as u64)
+                .sum();
+            let (region, over, data, filter, seqs) = space_of(&h.tree);
+            let pages = region + over;
+            eprintln!(
+                "{mode:?} seed {seed} pass {pass}: {pages} pages ({region} in regions, {over} outside) \
+                 for {live} live bytes: {data} data pages, {filter} filter pages, {seqs} sequences, {} nodes",
+                h.tree.version().levels.iter().map(Vec::len).sum::<usize>()
+            );
+            // Not yet a tight bound: about 8 times the live data by pass 29 (docs/results/
+            // lsa-iam.md, "Space of a small database"), a guard against it growing further.
+            assert!(
+                pages * PAGE_SIZE as u64 <= 12 * live + (64 << 10),
+                "{mode:?} seed {seed} pass {pass}: {pages} pages for {live} live bytes"
+            );
+        }
+        h.verify();
+    }
+}
