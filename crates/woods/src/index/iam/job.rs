@@ -265,7 +265,7 @@ struct Child {
 
 enum Todo {
     Child(Child),
-    Ready(Task),
+    Ready(Box<Task>),
 }
 
 /// What the job does to the tree at its commit, besides replacing `range` of level `level`
@@ -328,12 +328,12 @@ impl Iam {
             // No children: the memtable becomes a node of L1 (§3.3, `Ch = ∅`).
             let part = Self::part(&src, None);
             let seen = part.seen.clone();
-            VecDeque::from([Todo::Ready(Task {
+            VecDeque::from([Todo::Ready(Box::new(Task {
                 input: Some(Box::new(part)),
                 out: Writer::new(None, Purpose::Flush, None),
                 then: Then::Fresh { lo, hi },
                 seen,
-            })])
+            }))])
         } else {
             self.plan_children(v, 0, children.clone(), &lo, &hi)
         };
@@ -399,7 +399,7 @@ impl Iam {
             .map(|(cut, lo, hi)| {
                 let part = Self::part(&src, cut);
                 let seen = part.seen.clone();
-                Todo::Ready(Task {
+                Todo::Ready(Box::new(Task {
                     input: Some(Box::new(part)),
                     out: Writer::new(None, Purpose::Merge, None),
                     then: Then::Half {
@@ -408,7 +408,7 @@ impl Iam {
                         clip: clip.clone(),
                     },
                     seen,
-                })
+                }))
             })
             .collect();
         Ok(Job {
@@ -656,7 +656,7 @@ impl Iam {
             let mut task = match front {
                 Todo::Ready(t) => t,
                 Todo::Child(c) => match self.child_task(job, c)? {
-                    Ok(t) => t,
+                    Ok(t) => Box::new(t),
                     Err(child) => {
                         job.outs.push(child);
                         continue;
@@ -691,7 +691,7 @@ impl Iam {
                 job.todo.push_front(Todo::Ready(task));
                 continue;
             }
-            let nodes = self.task_nodes(job.level, task, &mut job.bytes)?;
+            let nodes = self.task_nodes(job.level, *task, &mut job.bytes)?;
             job.outs.extend(nodes);
         }
         Ok((spent, false))
