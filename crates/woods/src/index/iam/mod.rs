@@ -20,6 +20,7 @@
 //! versions stay valid while work runs.
 
 pub mod iter;
+mod job;
 pub mod node;
 pub mod policy;
 
@@ -28,20 +29,19 @@ mod tests;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use self::iter::node_iter;
 use self::node::{decode_meta, encode_meta, MetaState, Node, NodeFile, Seq, Version};
-use self::policy::{Action, Class};
+use self::policy::Class;
 use super::{Index, IndexContext, IndexStats};
-use crate::entry::{cmp_entries, Entry, Kind};
+use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
 use crate::manifest::Commit;
 use crate::memtable::Memtable;
-use crate::merge::{Compactor, EntryIter};
+use crate::merge::EntryIter;
 use crate::options::IamParams;
 use crate::run::{Region, Run, RunBuilder, RunOptions};
 use crate::storage::{Extent, Purpose, PAGE_SIZE};
@@ -100,8 +100,12 @@ pub struct Iam {
     current: RwLock<Arc<Version>>,
     /// Frozen memtables waiting to be flushed into L1, oldest first, with their key ranges.
     queue: Mutex<VecDeque<Queued>>,
-    /// One step at a time.
-    work_lock: Mutex<()>,
+    /// The step in progress (one at a time), advanced by `work` in bounded parts.
+    job: Mutex<Option<job::Job>>,
+    /// Whether a step is in progress (read by `debt` without the job's lock).
+    job_active: AtomicBool,
+    /// User bytes the step in progress has read of its input (subtracted from the debt).
+    job_read: Arc<AtomicU64>,
     meta: Mutex<MetaState>,
     /// The (m, k) computed at the previous step: a new choice is adopted only when two
     /// consecutive evaluations agree (P11's hysteresis).
@@ -115,64 +119,6 @@ pub struct Iam {
     written: [AtomicU64; MAX_LEVELS],
 }
 
-/// A sorted stream's entries below `cut` (all of them when `None`): one child's partition.
-struct Part<'a, I: Iterator<Item = Result<Entry>>> {
-    src: &'a mut std::iter::Peekable<I>,
-    cut: Option<&'a [u8]>,
-    first: Option<Arc<[u8]>>,
-    last: Option<Arc<[u8]>>,
-}
-
-impl<I: Iterator<Item = Result<Entry>>> Iterator for Part<'_, I> {
-    type Item = Result<Entry>;
-    fn next(&mut self) -> Option<Result<Entry>> {
-        let below = match self.src.peek()? {
-            Ok(e) => self.cut.is_none_or(|c| &*e.key < c),
-            Err(_) => true,
-        };
-        if !below {
-            return None;
-        }
-        let r = self.src.next()?;
-        if let Ok(e) = &r {
-            if self.first.is_none() {
-                self.first = Some(e.key.clone());
-            }
-            self.last = Some(e.key.clone());
-        }
-        Some(r)
-    }
-}
-
-/// Two sorted streams merged in entry order; of two copies of one version, `a`'s (the newer
-/// source) is kept.
-struct Merge2<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Entry>>> {
-    a: std::iter::Peekable<A>,
-    b: std::iter::Peekable<B>,
-}
-
-impl<A: Iterator<Item = Result<Entry>>, B: Iterator<Item = Result<Entry>>> Iterator
-    for Merge2<A, B>
-{
-    type Item = Result<Entry>;
-    fn next(&mut self) -> Option<Result<Entry>> {
-        let order = match (self.a.peek(), self.b.peek()) {
-            (None, None) => return None,
-            (Some(_), None) | (Some(Err(_)), _) => std::cmp::Ordering::Less,
-            (None, Some(_)) | (_, Some(Err(_))) => std::cmp::Ordering::Greater,
-            (Some(Ok(x)), Some(Ok(y))) => cmp_entries(&x.key, x.seq, &y.key, y.seq),
-        };
-        match order {
-            std::cmp::Ordering::Less => self.a.next(),
-            std::cmp::Ordering::Greater => self.b.next(),
-            std::cmp::Ordering::Equal => {
-                self.b.next();
-                self.a.next()
-            }
-        }
-    }
-}
-
 /// A node written by a step: its range, file and sequences (not yet committed).
 struct Written {
     file: Arc<NodeFile>,
@@ -183,7 +129,7 @@ struct Written {
 }
 
 /// What a step built before its commit: released if the step fails.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Built {
     files: Vec<Arc<NodeFile>>,
     seqs: Vec<Arc<Seq>>,
@@ -209,22 +155,26 @@ impl Iam {
         meta: &[u8],
         durable_seq: u64,
     ) -> Result<Iam> {
-        let (state, version) = if meta.is_empty() {
+        let (mut state, version) = if meta.is_empty() {
             (
                 MetaState {
                     next_id: 1,
-                    m: 0,
-                    k: 0,
+                    ..MetaState::default()
                 },
                 Version::default(),
             )
         } else {
             decode_meta(meta, &ctx.store)?
         };
-        let node_bytes = match params.node_bytes {
-            0 => ctx.memtable_bytes.max(16 << 10),
-            b => b,
+        // `C_t` is the one the tree was created with (issue 19 item 2): a reopen with another
+        // memtable size keeps it. Metadata of version 1 did not store it: it is taken from the
+        // options at that open, as it was then, and stored from the next commit on.
+        let node_bytes = match (state.node_bytes, params.node_bytes) {
+            (0, 0) => ctx.memtable_bytes.max(16 << 10),
+            (0, b) => b,
+            (stored, _) => stored,
         };
+        state.node_bytes = node_bytes;
         let mut tree = Iam {
             ctx,
             params,
@@ -232,7 +182,9 @@ impl Iam {
             node_bytes,
             current: RwLock::new(Arc::new(Version::default())),
             queue: Mutex::new(VecDeque::new()),
-            work_lock: Mutex::new(()),
+            job: Mutex::new(None),
+            job_active: AtomicBool::new(false),
+            job_read: Arc::default(),
             meta: Mutex::new(state),
             pending_mk: Mutex::new(None),
             durable: AtomicU64::new(durable_seq),
@@ -342,6 +294,22 @@ impl Iam {
         (self.node_bytes / 2 + self.node_bytes / 8).div_ceil(PAGE_SIZE as u64) + 4
     }
 
+    /// The most pages one `work(budget)` call writes (the [`job`] module's bound) when no
+    /// entry is larger than `entry_bytes`: the data pages of `budget` user bytes (counted twice,
+    /// for the items' own overhead, which for entries of 16 user bytes or more is less than
+    /// their size) and of the entry that crosses it, two chunks builders hand to the device
+    /// (a finishing node's last data chunk, the next node's first), and the tail of one node's
+    /// run (filter pages for a node of `C_t` bytes of such entries, the index pages of one
+    /// finish step, the header). The commit's manifest record is not counted (it is not in the
+    /// data file).
+    pub fn call_bound_pages(&self, budget: u64, entry_bytes: u64) -> u64 {
+        let page = PAGE_SIZE as u64;
+        let chunk = self.run_options(Purpose::Merge).extent_pages;
+        let keys = self.node_bytes.saturating_mul(2) / 16 + 1;
+        let filter = (keys * u64::from(self.params.bloom_bits_per_key)).div_ceil(8 * page) + 1;
+        (budget.div_ceil(page) + entry_bytes.div_ceil(page)) * 2 + 2 * chunk + filter + 2
+    }
+
     fn count_written(&self, d: usize, run: &Run) {
         let bytes = run.meta().pages() * PAGE_SIZE as u64;
         if let Some(w) = self.written.get(d.min(MAX_LEVELS - 1)) {
@@ -447,33 +415,70 @@ impl Iam {
 
     // ---- steps ----
 
-    fn step(&self) -> Result<u64> {
-        let _g = self.work_lock.lock();
-        let v = self.version();
-        self.update_mk(&v);
-        match self.choose(&v) {
-            Step::Idle => Ok(0),
-            Step::Grow => {
-                let mut next = (*v).clone();
-                next.levels.push(Vec::new());
-                self.commit(&v, next, None, &Built::default())?;
-                self.counters.grows.fetch_add(1, Ordering::Relaxed);
-                Ok(1)
-            }
-            Step::FlushMem => self.flush_mem(&v),
-            Step::Flush { d, i } => self.flush_node(&v, d, i, false),
-            Step::Combine { d, i } => {
-                let r = self.flush_node(&v, d, i, true)?;
-                self.counters.combines.fetch_add(1, Ordering::Relaxed);
-                Ok(r)
-            }
-            Step::Split { d, i } => self.split(&v, d, i),
+    /// Advances the step in progress by about `budget` bytes, starting the next one when
+    /// none is (one at a time); returns the bytes done, 0 when idle. A step that writes
+    /// nothing (a move, an empty combine, a level's growth) is done at once.
+    fn step(&self, budget: u64) -> Result<u64> {
+        let mut slot = self.job.lock();
+        if slot.is_none() {
+            let v = self.version();
+            self.update_mk(&v);
+            let step = self.choose(&v);
+            let job = match step {
+                Step::Idle => return Ok(0),
+                Step::Grow => {
+                    let mut next = (*v).clone();
+                    next.levels.push(Vec::new());
+                    self.commit(&v, next, None, &Built::default())?;
+                    self.counters.grows.fetch_add(1, Ordering::Relaxed);
+                    return Ok(1);
+                }
+                Step::FlushMem => self.plan_mem(&v)?,
+                Step::Flush { d, i } => self.plan_flush(&v, d, i, false)?,
+                Step::Combine { d, i } => self.plan_flush(&v, d, i, true)?,
+                Step::Split { d, i } => Some(self.plan_split(&v, d, i)?),
+            };
+            let Some(job) = job else {
+                return match step {
+                    Step::Flush { d, i } => self.flush_by_metadata(&v, d, i, false),
+                    Step::Combine { d, i } => self.flush_by_metadata(&v, d, i, true),
+                    _ => Ok(0),
+                };
+            };
+            self.job_active.store(true, Ordering::Release);
+            *slot = Some(job);
         }
+        let Some(job) = slot.as_mut() else {
+            return Ok(0);
+        };
+        let r = self.advance(job, budget).and_then(|(done, complete)| {
+            if !complete {
+                return Ok(done);
+            }
+            match slot.take() {
+                Some(job) => {
+                    let built = job.built.clone();
+                    self.finish_job(job).inspect_err(|_| built.abandon())
+                }
+                None => Ok(done),
+            }
+        });
+        if r.is_err() {
+            if let Some(job) = slot.take() {
+                job.built.abandon();
+            }
+        }
+        if slot.is_none() {
+            self.job_active.store(false, Ordering::Release);
+            self.job_read.store(0, Ordering::Relaxed);
+        }
+        r
     }
 
-    /// Writes `input` into new nodes: one when `piece` is `None`, else a new node each time
-    /// one holds `piece` user bytes, cut only between user keys (correction 5). Nothing comes
-    /// back for an empty input.
+    /// Writes `input` into new nodes, unbounded (outside a job): one when `piece` is `None`,
+    /// else a new node each time one holds `piece` user bytes, cut only between user keys
+    /// (correction 5). Nothing comes back for an empty input.
+    #[cfg(test)]
     fn write_nodes(
         &self,
         input: impl Iterator<Item = Result<Entry>>,
@@ -481,43 +486,7 @@ impl Iam {
         purpose: Purpose,
         built: &mut Built,
     ) -> Result<Vec<Written>> {
-        let store = &self.ctx.store;
-        let mut out = Vec::new();
-        let mut cur: Option<Open> = None;
-        for e in input {
-            let e = e?;
-            let full = cur.as_ref().is_some_and(|(_, _, _, last, bytes)| {
-                piece.is_some_and(|p| *bytes >= p) && last.as_slice() != &*e.key
-            });
-            if full {
-                if let Some(c) = cur.take() {
-                    out.push(self.finish_written(c, built)?);
-                }
-            }
-            let c = match &mut cur {
-                Some(c) => c,
-                None => {
-                    let extent = store.alloc().alloc(self.region_pages());
-                    let file = NodeFile::new(extent, store.clone());
-                    built.files.push(file.clone());
-                    let b = RunBuilder::in_region(
-                        store.clone(),
-                        self.run_options(purpose),
-                        Region::new(extent),
-                    );
-                    cur.insert((file, b, e.key.to_vec(), Vec::new(), 0))
-                }
-            };
-            c.1.add(&e)?;
-            c.4 += e.user_bytes() as u64;
-            if c.3.as_slice() != &*e.key {
-                c.3 = e.key.to_vec();
-            }
-        }
-        if let Some(c) = cur.take() {
-            out.push(self.finish_written(c, built)?);
-        }
-        Ok(out)
+        job::Writer::new(piece, purpose, None).write_all(self, input, built)
     }
 
     fn finish_written(
@@ -559,400 +528,35 @@ impl Iam {
         }
     }
 
-    /// Flushes the oldest queued memtable into L1 (the flush of `L_0`, §3.4).
-    fn flush_mem(&self, v: &Arc<Version>) -> Result<u64> {
-        let Some((mem, lo, hi)) = self.queue.lock().front().cloned() else {
-            return Ok(0);
-        };
-        let snapshots = self.ctx.snapshots.list();
-        let stream = Compactor::new(
-            mem.entries().map(Ok),
-            snapshots,
-            false,
-            self.ctx.merge_op.clone(),
-        );
-        let mut built = Built::default();
-        let r = self.flush_mem_into(v, stream, &lo, &hi, &mut built);
-        let (next, bytes) = match r {
-            Ok(x) => x,
-            Err(e) => {
-                built.abandon();
-                return Err(e);
-            }
-        };
-        self.commit(v, next, Some(mem.max_seq()), &built)?;
-        {
-            let mut q = self.queue.lock();
-            if q.front().is_some_and(|(m, _, _)| Arc::ptr_eq(m, &mem)) {
-                q.pop_front();
-            }
-        }
-        self.counters
-            .memtable_flushes
-            .fetch_add(1, Ordering::Relaxed);
-        Ok(bytes.max(1))
-    }
-
-    fn flush_mem_into(
+    /// A flush or combine of node `i` of level `d` that writes nothing: an empty node (a
+    /// combine drops it) or one whose range overlaps no child, which moves down by metadata
+    /// (correction 1) and stays behind as an empty node with its range (a combine removes it).
+    fn flush_by_metadata(
         &self,
-        v: &Version,
-        stream: impl Iterator<Item = Result<Entry>>,
-        lo: &[u8],
-        hi: &[u8],
-        built: &mut Built,
-    ) -> Result<(Version, u64)> {
-        let mut next = v.clone();
-        if next.levels.is_empty() {
-            next.levels.push(Vec::new());
-        }
-        let children = next.overlapping(0, lo, hi);
-        if children.is_empty() {
-            // No children: the memtable becomes a node of L1 (§3.3, `Ch = ∅`).
-            let nodes = self.write_nodes(stream, None, Purpose::Flush, built)?;
-            let mut bytes = 0;
-            let at = children.start;
-            for (j, w) in nodes.into_iter().enumerate() {
-                let run = w.seq.open()?.clone();
-                self.count_written(0, &run);
-                bytes += run.meta().pages() * PAGE_SIZE as u64;
-                let mut node = self.node_of(w, Some(lo), Some(hi));
-                node.bound = 0;
-                next.levels[0].insert(at + j, Arc::new(node));
-            }
-            return Ok((next, bytes));
-        }
-        let bytes = self.flush_into(&mut next, 0, children, stream, lo, hi, built)?;
-        Ok((next, bytes))
-    }
-
-    /// Flushes node `i` of level `d` into its children (§3.4), or, for a combine, flushes it
-    /// and removes it (§3.7).
-    fn flush_node(&self, v: &Arc<Version>, d: usize, i: usize, combine: bool) -> Result<u64> {
+        v: &Arc<Version>,
+        d: usize,
+        i: usize,
+        combine: bool,
+    ) -> Result<u64> {
         let p = v.levels[d][i].clone();
         let mut next = (**v).clone();
-        let children = next.overlapping(d + 1, &p.lo, &p.hi);
-        let mut built = Built::default();
-        let mut bytes = 0;
-        if p.seqs.is_empty() {
-            // An empty node: a combine drops it, nothing else to do.
-        } else if children.is_empty() {
-            // Move by metadata (correction 1): the node goes down whole, P stays as an empty
-            // node with its range (a combine removes it).
+        if !p.seqs.is_empty() {
+            let at = next.overlapping(d + 1, &p.lo, &p.hi).start;
             let mut moved = (*p).clone();
             moved.bound = 0;
-            next.levels[d + 1].insert(children.start, Arc::new(moved));
+            next.levels[d + 1].insert(at, Arc::new(moved));
             self.counters.moves.fetch_add(1, Ordering::Relaxed);
-        } else {
-            let snapshots = self.ctx.snapshots.list();
-            let stream = Compactor::new(
-                node_iter(
-                    &p,
-                    &Bound::Unbounded,
-                    &Bound::Unbounded,
-                    false,
-                    Purpose::Merge,
-                )?,
-                snapshots,
-                false,
-                self.ctx.merge_op.clone(),
-            );
-            match self.flush_into(&mut next, d + 1, children, stream, &p.lo, &p.hi, &mut built) {
-                Ok(b) => bytes = b,
-                Err(e) => {
-                    built.abandon();
-                    return Err(e);
-                }
-            }
-            self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         }
         if combine {
             next.levels[d].remove(i);
         } else {
             next.levels[d][i] = Arc::new(Node::empty(self.new_id(), p.lo.clone(), p.hi.clone()));
         }
-        self.commit(v, next, None, &built)?;
-        Ok(bytes.max(1))
-    }
-
-    /// Partitions `stream` (keys within `[lo, hi]`) among the nodes `children` of level `d`
-    /// of `next` and applies each child's action; replaces the children in `next`. Returns
-    /// the bytes written.
-    #[allow(clippy::too_many_arguments)]
-    fn flush_into(
-        &self,
-        next: &mut Version,
-        d: usize,
-        children: std::ops::Range<usize>,
-        stream: impl Iterator<Item = Result<Entry>>,
-        lo: &[u8],
-        hi: &[u8],
-        built: &mut Built,
-    ) -> Result<u64> {
-        let n = next.levels.len();
-        let leaf = d + 1 == n;
-        let ch: Vec<Arc<Node>> = next.levels[d][children.clone()].to_vec();
-        // Cuts between adjacent children (P4 for leaves, P5 for internal children).
-        let mut cuts: Vec<Vec<u8>> = Vec::with_capacity(ch.len().saturating_sub(1));
-        for w in ch.windows(2) {
-            let (a, b) = (&w[0], &w[1]);
-            if leaf {
-                cuts.push(policy::middle_key(&a.hi, &b.lo));
-            } else {
-                let ca = next.overlapping(d + 1, &a.lo, &a.hi).len();
-                let cb = next.overlapping(d + 1, &b.lo, &b.hi).len();
-                let gap = next.levels[d + 1]
-                    .iter()
-                    .filter(|g| g.lo > a.hi && g.hi < b.lo)
-                    .map(|g| g.lo.as_slice())
-                    .collect::<Vec<_>>();
-                cuts.push(policy::cut_between(&a.hi, &b.lo, ca, cb, &gap));
-            }
+        self.commit(v, next, None, &Built::default())?;
+        if combine {
+            self.counters.combines.fetch_add(1, Ordering::Relaxed);
         }
-        let (m, k) = self.mk();
-        let mut src = stream.peekable();
-        let mut replaced: Vec<Vec<Arc<Node>>> = Vec::with_capacity(ch.len());
-        let mut bytes = 0u64;
-        for (j, c) in ch.iter().enumerate() {
-            let cut = cuts.get(j).map(|c| c.as_slice());
-            let has_data = match src.peek() {
-                None => false,
-                Some(Err(_)) => true,
-                Some(Ok(e)) => cut.is_none_or(|c| &*e.key < c),
-            };
-            if !has_data {
-                replaced.push(vec![c.clone()]);
-                continue;
-            }
-            // The widest range this child's part may cover (for the tombstone rule).
-            let part_lo = if j == 0 { lo } else { cuts[j - 1].as_slice() };
-            let part_hi = cut.unwrap_or(hi);
-            let leaf_full = leaf && self.is_full(c);
-            let action = policy::action(d + 1, m, k, c.seqs.len(), leaf_full);
-            let part = Part {
-                src: &mut src,
-                cut,
-                first: None,
-                last: None,
-            };
-            let (nodes, b) = self.receive(next, d, c, part, action, (part_lo, part_hi), built)?;
-            bytes += b;
-            replaced.push(nodes);
-        }
-        // The last child's part has no cut, so the stream must be exhausted.
-        if let Some(r) = src.next() {
-            r?;
-            return Err(Error::InvalidOption(
-                "iam: flush stream left entries no child took".into(),
-            ));
-        }
-        let new: Vec<Arc<Node>> = replaced.into_iter().flatten().collect();
-        next.levels[d].splice(children, new);
-        Ok(bytes)
-    }
-
-    /// Writes one child's part by `action`; returns the nodes that replace the child.
-    #[allow(clippy::too_many_arguments)]
-    fn receive<I: Iterator<Item = Result<Entry>>>(
-        &self,
-        v: &Version,
-        d: usize,
-        c: &Arc<Node>,
-        mut part: Part<'_, I>,
-        action: Action,
-        (part_lo, part_hi): (&[u8], &[u8]),
-        built: &mut Built,
-    ) -> Result<(Vec<Arc<Node>>, u64)> {
-        let (m, k) = self.mk();
-        let bound = policy::bound_after(d + 1, m, k, action);
-        let purpose = Purpose::Merge;
-        if action == Action::Append {
-            let store = &self.ctx.store;
-            let (file, region) = match (&c.file, c.region) {
-                (Some(f), Some(r)) => (f.clone(), r),
-                _ => {
-                    let extent = store.alloc().alloc(self.region_pages());
-                    let f = NodeFile::new(extent, store.clone());
-                    built.files.push(f.clone());
-                    (f, Region::new(extent))
-                }
-            };
-            let mut b = RunBuilder::in_region(store.clone(), self.run_options(purpose), region);
-            for e in &mut part {
-                b.add(&e?)?;
-            }
-            let (run, region) = Run::from_builder_in_region(b)?;
-            let region = region.ok_or_else(|| Error::InvalidOption("iam: region lost".into()))?;
-            self.count_written(d, &run);
-            let bytes = run.meta().pages() * PAGE_SIZE as u64;
-            let seq = Seq::from_run(run, file.clone());
-            built.seqs.push(seq.clone());
-            let mut node = (**c).clone();
-            if c.seqs.is_empty() {
-                node.id = self.new_id();
-            }
-            if let Some(f) = &part.first {
-                if **f < *node.lo {
-                    node.lo = f.to_vec();
-                }
-            }
-            if let Some(l) = &part.last {
-                if **l > *node.hi {
-                    node.hi = l.to_vec();
-                }
-            }
-            node.seqs.insert(0, seq);
-            node.region = Some(region);
-            node.file = Some(file);
-            node.bound = bound;
-            self.counters.appends.fetch_add(1, Ordering::Relaxed);
-            return Ok((vec![Arc::new(node)], bytes));
-        }
-        // Merge (one sequence) or merge-and-split of a full leaf (§3.3, P13).
-        let bottom = !v.below_overlaps(d, part_lo.min(&c.lo), part_hi.max(&c.hi));
-        let old = node_iter(
-            c,
-            &Bound::Unbounded,
-            &Bound::Unbounded,
-            false,
-            Purpose::Merge,
-        )?;
-        let snapshots = self.ctx.snapshots.list();
-        let leaf = d + 1 == v.levels.len();
-        let piece = match action {
-            Action::MergeSplit => Some(self.leaf_target()),
-            _ if leaf => Some(self.node_bytes),
-            _ => None,
-        };
-        let (lo_seen, hi_seen);
-        let nodes = {
-            let merged = Compactor::new(
-                Merge2 {
-                    a: (&mut part).peekable(),
-                    b: old.peekable(),
-                },
-                snapshots,
-                bottom,
-                self.ctx.merge_op.clone(),
-            );
-            self.write_nodes(merged, piece, purpose, built)?
-        };
-        lo_seen = part.first.as_deref().map_or(c.lo.clone(), |f| {
-            if *f < *c.lo {
-                f.to_vec()
-            } else {
-                c.lo.clone()
-            }
-        });
-        hi_seen = part.last.as_deref().map_or(c.hi.clone(), |l| {
-            if *l > *c.hi {
-                l.to_vec()
-            } else {
-                c.hi.clone()
-            }
-        });
-        let mut bytes = 0;
-        let count = nodes.len();
-        let mut out = Vec::with_capacity(count.max(1));
-        for (j, w) in nodes.into_iter().enumerate() {
-            let run = w.seq.open()?.clone();
-            self.count_written(d, &run);
-            bytes += run.meta().pages() * PAGE_SIZE as u64;
-            let lo = (j == 0).then_some(lo_seen.as_slice());
-            let hi = (j + 1 == count).then_some(hi_seen.as_slice());
-            let mut node = self.node_of(w, lo, hi);
-            node.bound = bound;
-            out.push(Arc::new(node));
-        }
-        if out.is_empty() {
-            // Everything compacted away: the child stays as an empty node over its range.
-            out.push(Arc::new(Node::empty(self.new_id(), lo_seen, hi_seen)));
-        }
-        if count > 1 {
-            self.counters.leaf_splits.fetch_add(1, Ordering::Relaxed);
-        }
-        self.counters.merges.fetch_add(1, Ordering::Relaxed);
-        Ok((out, bytes))
-    }
-
-    /// Splits full node `i` of level `d`, which has `2t` or more children, into two (§3.6 with
-    /// correction 6): all its sequences merged into one stream, cut at the first key of the
-    /// right half's first child, each half one sequence, ranges clipped to P's.
-    fn split(&self, v: &Arc<Version>, d: usize, i: usize) -> Result<u64> {
-        let p = v.levels[d][i].clone();
-        let ch = &v.levels[d + 1][v.overlapping(d + 1, &p.lo, &p.hi)];
-        let half = ch.len() / 2;
-        let cut = ch[half].lo.clone();
-        let (left_lo, left_hi) = (ch[0].lo.clone(), ch[half - 1].hi.clone());
-        let (right_lo, right_hi) = (ch[half].lo.clone(), ch[ch.len() - 1].hi.clone());
-        let mut built = Built::default();
-        let r = (|| -> Result<(Vec<Arc<Node>>, u64)> {
-            let snapshots = self.ctx.snapshots.list();
-            let stream = Compactor::new(
-                node_iter(
-                    &p,
-                    &Bound::Unbounded,
-                    &Bound::Unbounded,
-                    false,
-                    Purpose::Merge,
-                )?,
-                snapshots,
-                false,
-                self.ctx.merge_op.clone(),
-            );
-            let mut src = stream.peekable();
-            let mut out = Vec::new();
-            let mut bytes = 0;
-            let clip = |lo: Vec<u8>, hi: Vec<u8>| -> (Vec<u8>, Vec<u8>) {
-                (lo.max(p.lo.clone()), hi.min(p.hi.clone()))
-            };
-            for (cut, (clo, chi)) in [
-                (Some(cut.as_slice()), (left_lo, left_hi)),
-                (None, (right_lo, right_hi)),
-            ] {
-                let mut part = Part {
-                    src: &mut src,
-                    cut,
-                    first: None,
-                    last: None,
-                };
-                let nodes = self.write_nodes(&mut part, None, Purpose::Merge, &mut built)?;
-                let lo = match &part.first {
-                    Some(f) if **f < *clo => f.to_vec(),
-                    _ => clo,
-                };
-                let hi = match &part.last {
-                    Some(l) if **l > *chi => l.to_vec(),
-                    _ => chi,
-                };
-                let (lo, hi) = clip(lo, hi);
-                match nodes.into_iter().next() {
-                    Some(w) => {
-                        let run = w.seq.open()?.clone();
-                        self.count_written(d, &run);
-                        bytes += run.meta().pages() * PAGE_SIZE as u64;
-                        let mut node = self.node_of(w, Some(&lo), Some(&hi));
-                        node.lo = lo;
-                        node.hi = hi;
-                        node.bound = 0;
-                        out.push(Arc::new(node));
-                    }
-                    None => out.push(Arc::new(Node::empty(self.new_id(), lo, hi))),
-                }
-            }
-            Ok((out, bytes))
-        })();
-        let (halves, bytes) = match r {
-            Ok(x) => x,
-            Err(e) => {
-                built.abandon();
-                return Err(e);
-            }
-        };
-        let mut next = (**v).clone();
-        next.levels[d].splice(i..=i, halves);
-        self.commit(v, next, None, &built)?;
-        self.counters.splits.fetch_add(1, Ordering::Relaxed);
-        Ok(bytes.max(1))
+        Ok(1)
     }
 
     /// Makes `next` durable (store sync, manifest commit) and publishes it. Extents of files
@@ -1127,7 +731,8 @@ impl Index for Iam {
     }
 
     /// Bytes of queued memtables plus the data of full internal nodes, which must be flushed
-    /// before the next memtable can find L1 ready.
+    /// before the next memtable can find L1 ready, less what the step in progress has read of
+    /// its input (at least 1 while a step is in progress).
     fn debt(&self) -> u64 {
         let q: u64 = self
             .queue
@@ -1135,27 +740,29 @@ impl Index for Iam {
             .iter()
             .map(|(m, _, _)| m.bytes().max(1))
             .sum();
-        q + self.full_debt.load(Ordering::Relaxed)
+        let debt = (q + self.full_debt.load(Ordering::Relaxed))
+            .saturating_sub(self.job_read.load(Ordering::Relaxed));
+        debt.max(u64::from(self.job_active.load(Ordering::Acquire)))
     }
 
     fn background_work(&self) -> bool {
         self.debt() > 0 || self.choose(&self.version()) != Step::Idle
     }
 
-    /// Does steps until about `budget` bytes were written or nothing is left; a step is one
-    /// whole flush, split, combine or move (each bounded by about `C_t`, the node capacity).
+    /// Advances steps until about `budget` bytes were done or nothing is left. A step is
+    /// resumable ([`job`]): a call does a bounded part of it, so no caller waits for a whole
+    /// flush, split or combine.
     fn work(&self, budget: u64) -> Result<u64> {
+        let budget = budget.max(1);
         let mut done = 0u64;
-        loop {
-            let n = self.step()?;
+        while done < budget {
+            let n = self.step(budget - done)?;
             if n == 0 {
-                return Ok(done);
+                break;
             }
             done += n;
-            if done >= budget.max(1) {
-                return Ok(done);
-            }
         }
+        Ok(done)
     }
 
     fn durable_seq(&self) -> u64 {

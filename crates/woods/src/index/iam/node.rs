@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 use crate::run::{LazyRun, Region, Run, RunMeta};
 use crate::storage::{Extent, PageFile};
 
-/// Version byte of the encoded metadata.
-const META_VERSION: u8 = 1;
+/// Version byte of the encoded metadata (2: `C_t` stored; 1, which lacks it, is still read).
+const META_VERSION: u8 = 2;
 
 /// The extent of a node's append region; released when obsolete and dropped.
 pub struct NodeFile {
@@ -193,6 +193,9 @@ pub struct MetaState {
     /// The mixed level (1-based; 0 before the first choice) and k in force.
     pub m: u32,
     pub k: u32,
+    /// `C_t`, the node capacity the tree was created with (0: not stored, metadata version
+    /// 1).
+    pub node_bytes: u64,
 }
 
 /// Encodes the metadata (layout in `docs/format.md`, "`lsa` and `iam` indexes").
@@ -201,6 +204,7 @@ pub fn encode_meta(v: &Version, st: &MetaState) -> Vec<u8> {
     codec::put_varint(&mut out, st.next_id);
     codec::put_varint(&mut out, u64::from(st.m));
     codec::put_varint(&mut out, u64::from(st.k));
+    codec::put_varint(&mut out, st.node_bytes);
     codec::put_varint(&mut out, v.levels.len() as u64);
     for level in &v.levels {
         codec::put_varint(&mut out, level.len() as u64);
@@ -230,13 +234,14 @@ pub fn decode_meta(bytes: &[u8], store: &Arc<PageFile>) -> Result<(MetaState, Ve
     let bad = |d: String| Error::corruption("iam metadata", None, d);
     let mut r = Reader::new(bytes, "iam metadata");
     let version = r.u8()?;
-    if version != META_VERSION {
+    if version != 1 && version != META_VERSION {
         return Err(bad(format!("unknown version {version}")));
     }
     let next_id = r.varint()?;
     let small = |v: u64| u32::try_from(v).map_err(|_| bad(format!("{v} out of range")));
     let m = small(r.varint()?)?;
     let k = small(r.varint()?)?;
+    let node_bytes = if version >= 2 { r.varint()? } else { 0 };
     let n_levels = r.varint()?;
     if n_levels > 64 {
         return Err(bad(format!("{n_levels} levels")));
@@ -289,5 +294,13 @@ pub fn decode_meta(bytes: &[u8], store: &Arc<PageFile>) -> Result<(MetaState, Ve
     if !r.is_empty() {
         return Err(bad("trailing bytes".into()));
     }
-    Ok((MetaState { next_id, m, k }, Version { levels }))
+    Ok((
+        MetaState {
+            next_id,
+            m,
+            k,
+            node_bytes,
+        },
+        Version { levels },
+    ))
 }

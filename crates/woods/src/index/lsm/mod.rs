@@ -53,6 +53,9 @@ struct Counters {
     trivial_moves: AtomicU64,
     bytes_flushed: AtomicU64,
     bytes_compacted: AtomicU64,
+    /// Bytes written into each level since open (per-level write amplification, IamDB's
+    /// Table 4).
+    written: [AtomicU64; NUM_LEVELS],
 }
 
 /// The leveled LSM-tree index.
@@ -297,6 +300,7 @@ impl Lsm {
             }
         }
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.counters.written[0].fetch_add(bytes, Ordering::Relaxed);
         self.counters
             .bytes_flushed
             .fetch_add(bytes, Ordering::Relaxed);
@@ -395,6 +399,9 @@ impl Lsm {
                 };
                 self.commit(edit)?;
                 self.counters.compactions.fetch_add(1, Ordering::Relaxed);
+                if let Some(w) = self.counters.written.get(level + 1) {
+                    w.fetch_add(bytes, Ordering::Relaxed);
+                }
                 self.counters
                     .bytes_compacted
                     .fetch_add(bytes, Ordering::Relaxed);
@@ -538,8 +545,11 @@ impl Index for Lsm {
             } else {
                 format!("max {:.0} bytes", self.policy.max_bytes(i))
             };
-            s.shape
-                .push(format!("L{i}: {} tables, {bytes} bytes ({limit})", l.len()));
+            let written = c.written.get(i).map_or(0, |w| w.load(Ordering::Relaxed));
+            s.shape.push(format!(
+                "L{i}: {} tables, {bytes} bytes ({limit}), written {written} bytes since open",
+                l.len()
+            ));
         }
         for t in v.levels.iter().flatten() {
             s.entries += t.meta().entries;
