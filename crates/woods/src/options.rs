@@ -340,9 +340,10 @@ impl Default for PbtParams {
 /// level. A point-only kind: it keeps no key order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoaParams {
-    /// λ, the growth factor: a level holds at most λ − 1 runs, and merging them makes one run
-    /// of the next level (spec correction 3: no λ-th run is ever registered). A power of two in
-    /// 2..=256 (default 16; the spec's optimality needs λ ≳ log N / log log N, 8 to 16).
+    /// λ: a level holds at most λ − 1 runs, and before a λ-th would be registered its λ − 1
+    /// runs are merged into one run of the next level (spec correction 3), so run sizes grow by
+    /// λ − 1 a level. A power of two in 4..=256 (default 16; the spec's optimality needs
+    /// λ ≳ log N / log log N, 8 to 16; λ = 2 would merge one run at a time and never combine).
     pub lambda: u32,
     /// Bits of the check character each routing-filter entry keeps (1..=16; default 4, one
     /// character of log₂ 16 bits, spec §1.5). A wider check cuts the filter's false positives
@@ -638,8 +639,8 @@ impl IndexKind {
             }
             IndexKind::Boa(p) => {
                 let bad = |d: String| Err(Error::InvalidOption(format!("boa {d}")));
-                if !(2..=256).contains(&p.lambda) || !p.lambda.is_power_of_two() {
-                    return bad(format!("lambda {} not a power of two in 2..=256", p.lambda));
+                if !(4..=256).contains(&p.lambda) || !p.lambda.is_power_of_two() {
+                    return bad(format!("lambda {} not a power of two in 4..=256", p.lambda));
                 }
                 if !(1..=16).contains(&p.check_bits) {
                     return bad(format!("check_bits {} not in 1..=16", p.check_bits));
