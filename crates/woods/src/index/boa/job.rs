@@ -154,6 +154,14 @@ impl Job {
         total: u64,
         bottom: bool,
     ) -> Result<Job> {
+        if let Some(d) = &target_level.damage {
+            // Adding a run needs the level's old entries; a rebuild from its runs is not built.
+            return Err(Error::corruption(
+                "boa routing filter",
+                target_level.filter_at.map(|(e, _)| e.start),
+                format!("level {} cannot take a run: {d}", target + 1),
+            ));
+        }
         let run = u8::try_from(target_level.runs.len())
             .map_err(|_| Error::corruption("boa", None, "a level of over 255 runs"))?;
         let shape = Shape::for_runs(entries, s.run_bits, s.check_bits);

@@ -319,18 +319,24 @@ impl Boa {
         routed: &mut Routed,
         out: &mut Vec<Entry>,
     ) -> Result<bool> {
-        let Some(f) = &level.filter else {
-            return Ok(false);
-        };
-        let shape = f.shape();
-        f.route(
-            fp.prefix(shape.prefix_bits),
-            fp.check(i, shape.check_bits),
-            routed,
-        )?;
         let c = &self.counters;
-        c.prefix_matches
-            .fetch_add(routed.prefix_matches, Ordering::Relaxed);
+        match &level.filter {
+            Some(f) => {
+                let shape = f.shape();
+                f.route(
+                    fp.prefix(shape.prefix_bits),
+                    fp.check(i, shape.check_bits),
+                    routed,
+                )?;
+                c.prefix_matches
+                    .fetch_add(routed.prefix_matches, Ordering::Relaxed);
+            }
+            // A filter damaged on disk: every run of the level, newest first.
+            None => {
+                routed.runs.clear();
+                routed.runs.extend((0..level.runs.len() as u8).rev());
+            }
+        }
         for &j in &routed.runs {
             let Some(t) = level.runs.get(usize::from(j)) else {
                 return Err(Error::corruption(
@@ -359,6 +365,14 @@ impl Boa {
     /// filter's list in order, and every key routed by the filter to the run that holds it.
     fn check_level(&self, i: usize, level: &Level, seed: u64) -> Result<u64> {
         let bad = |d: String| Error::corruption("boa", None, d);
+        if let Some(d) = &level.damage {
+            let page = level.filter_at.map(|(e, _)| e.start);
+            return Err(Error::corruption(
+                "boa routing filter",
+                page,
+                format!("level {}: {d}", i + 1),
+            ));
+        }
         let Some(f) = &level.filter else {
             return if level.runs.is_empty() {
                 Ok(0)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::filter::{FilterBuilder, RoutingFilter, Routed, Shape, Sketch};
+use super::filter::{FilterBuilder, Routed, RoutingFilter, Shape, Sketch};
 use super::*;
 use crate::merge::resolve;
 use crate::storage::FaultFs;
@@ -164,7 +164,11 @@ fn tombstones_stay_until_the_merge_output_is_the_oldest_data() {
     // Level 2 filled and was merged into the empty level 3, the bottom.
     assert_eq!(boa.version().run_counts(), vec![0, 1, 1]);
     assert_eq!(get(&boa, b"k", 12), None);
-    assert_eq!(boa.check().unwrap(), 10, "a..j: the tombstone met k's value at the bottom");
+    assert_eq!(
+        boa.check().unwrap(),
+        10,
+        "a..j: the tombstone met k's value at the bottom"
+    );
 }
 
 /// §4.2 refined filter invariant: decoding from every restart point reproduces the sorted
@@ -225,14 +229,21 @@ fn refined_filter_decodes_from_every_restart_and_routes_exactly() {
     let mut from_restarts = Vec::new();
     for p in 0..(1usize << f.pivot_bits()) {
         let part = f.pivot_entries(p).unwrap();
-        assert!(part.iter().all(|e| (e.prefix >> shift) as usize == p), "pivot {p}");
+        assert!(
+            part.iter().all(|e| (e.prefix >> shift) as usize == p),
+            "pivot {p}"
+        );
         from_restarts.extend(part);
     }
     assert_eq!(from_restarts, got);
     let mut routed = Routed::default();
     for e in &all {
         f.route(e.prefix, e.check, &mut routed).unwrap();
-        assert!(routed.runs.contains(&e.run), "{e:?} not routed: {:?}", routed.runs);
+        assert!(
+            routed.runs.contains(&e.run),
+            "{e:?} not routed: {:?}",
+            routed.runs
+        );
         assert!(routed.runs.windows(2).all(|w| w[0] > w[1]), "newest first");
     }
     // The persisted form reads back the same.
@@ -281,8 +292,12 @@ fn false_positives_per_level_near_k_over_lambda_and_k_over_lambda_squared() {
             hi: rng.gen(),
             lo: rng.gen(),
         };
-        f.route(fp.prefix(shape.prefix_bits), fp.check(0, lambda_bits), &mut routed)
-            .unwrap();
+        f.route(
+            fp.prefix(shape.prefix_bits),
+            fp.check(0, lambda_bits),
+            &mut routed,
+        )
+        .unwrap();
         prefix += routed.prefix_matches;
         routed_runs += routed.runs.len() as u64;
     }
@@ -292,7 +307,10 @@ fn false_positives_per_level_near_k_over_lambda_and_k_over_lambda_squared() {
     let got_prefix = prefix as f64 / probes as f64;
     let got_check = routed_runs as f64 / probes as f64;
     println!("prefix matches {got_prefix:.4} (k/λ {want_prefix:.4}), routed {got_check:.4} (k/λ² {want_check:.4})");
-    assert!((got_prefix / want_prefix - 1.0).abs() < 0.05, "{got_prefix}");
+    assert!(
+        (got_prefix / want_prefix - 1.0).abs() < 0.05,
+        "{got_prefix}"
+    );
     assert!((got_check / want_check - 1.0).abs() < 0.1, "{got_check}");
     // About 3 characters per entry plus pivots (correction 6): here 2 bytes and 4 bits of pivot.
     let bits_per_entry = f.bytes() as f64 * 8.0 / f.entries() as f64;
@@ -368,4 +386,43 @@ fn lookups_probe_about_one_run_and_absent_keys_almost_none() {
     assert!(per_hit < 1.1, "{per_hit}");
     // k/λ² per level with k ≤ 7, λ = 8: at most 0.11 a level.
     assert!(per_miss < 0.12 * levels as f64, "{per_miss}");
+}
+
+/// A damaged filter page loses no data: the level opens without its filter, lookups probe all
+/// of its runs, `check` reports the damage, and a run that would join the level is refused.
+/// (Found by conformance `boa::corruption`, seed 1795795821069056097: a flip in a filter page
+/// refused the open.)
+#[test]
+fn a_damaged_filter_page_opens_without_the_filter() {
+    let fs = FaultFs::new();
+    let ctx = fault_ctx(&fs, 64 << 10);
+    let boa = Boa::open(ctx, params(4), &[], 0).unwrap();
+    let mut model = Model::new();
+    let mut seq = 0;
+    for _ in 0..2 {
+        let mem = Arc::new(Memtable::new(0));
+        for i in 0..300 {
+            seq += 1;
+            let k = key(i * 7 + seq as u32 % 3);
+            mem.insert(&k, seq, Kind::Put, &seq.to_le_bytes());
+            model.insert(k, seq.to_le_bytes().to_vec());
+        }
+        boa.absorb(mem).unwrap();
+        drain(&boa, 1 << 20);
+    }
+    let (ext, _) = boa.version().levels[0].filter_at.unwrap();
+    drop(boa);
+    assert!(fs.flip_byte(std::path::Path::new("/db/data"), ext.start * 4096 + 100));
+    let (ctx, state) = reopen_fault_ctx(&fs, 64 << 10);
+    let boa = Boa::open(ctx, params(4), &state.index_meta, state.durable_seq).unwrap();
+    assert!(boa.version().levels[0].damage.is_some());
+    verify(&boa, &model, seq, 2200);
+    match boa.check() {
+        Err(Error::Corruption { page, .. }) => assert_eq!(page, Some(ext.start)),
+        other => panic!("check: {other:?}"),
+    }
+    let mem = Arc::new(Memtable::new(0));
+    mem.insert(b"new", seq + 1, Kind::Put, b"v");
+    boa.absorb(mem).unwrap();
+    assert!(matches!(boa.work(1 << 20), Err(Error::Corruption { .. })));
 }

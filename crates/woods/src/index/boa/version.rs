@@ -26,8 +26,11 @@ pub const MAX_LEVELS: usize = 64;
 pub struct Level {
     /// The runs, index = run number j (0 oldest).
     pub runs: Vec<Arc<Table>>,
-    /// The routing filter (`None` exactly when the level has no runs).
+    /// The routing filter (`None` when the level has no runs, or when its pages were damaged:
+    /// then `damage` says how, lookups probe every run of the level, and `check` fails).
     pub filter: Option<Arc<RoutingFilter>>,
+    /// Why the persisted filter could not be read at open.
+    pub damage: Option<String>,
     /// Where the filter is persisted, and its byte length.
     pub filter_at: Option<(Extent, u64)>,
 }
@@ -150,16 +153,20 @@ pub fn decode_meta(
                 pages: r.varint()?,
             };
             let len = r.varint()?;
-            let f = RoutingFilter::read(store, ext, len)?;
-            if f.shape().run_bits > 8 || (1usize << f.shape().run_bits) <= max_runs {
-                return Err(bad(format!(
-                    "level {} filter has {}-bit run indices for {max_runs} runs",
-                    i + 1,
-                    f.shape().run_bits
-                )));
-            }
-            level.filter = Some(Arc::new(f));
             level.filter_at = Some((ext, len));
+            // A damaged filter loses no data: the level opens without it (lookups then probe
+            // every run of the level) and `check` reports the damage.
+            match RoutingFilter::read(store, ext, len) {
+                Ok(f) if f.shape().run_bits > 8 || (1usize << f.shape().run_bits) <= max_runs => {
+                    level.damage = Some(format!(
+                        "{}-bit run indices for {max_runs} runs",
+                        f.shape().run_bits
+                    ));
+                }
+                Ok(f) => level.filter = Some(Arc::new(f)),
+                Err(e @ Error::Corruption { .. }) => level.damage = Some(e.to_string()),
+                Err(e) => return Err(e),
+            }
         }
         levels.push(level);
     }
