@@ -191,6 +191,9 @@ struct Problem {
     what: String,
 }
 
+/// A key and its value, as read back.
+type Record = (Vec<u8>, Vec<u8>);
+
 pub fn verify(g: &GenArgs, base: Options) -> CliResult<u8> {
     let gen = RecordGen::new(g.key_size, g.value_size, g.seed).map_err(CliError::Msg)?;
     let n = g.records;
@@ -204,17 +207,16 @@ pub fn verify(g: &GenArgs, base: Options) -> CliResult<u8> {
     let mut expected = Vec::with_capacity(g.value_size);
     // A point-only kind cannot be scanned: records 0..N are looked up instead, so a key of no
     // record goes unseen there.
-    let items: Box<dyn Iterator<Item = woods::Result<(Vec<u8>, Vec<u8>)>>> =
-        if db.index_kind().ordered() {
-            Box::new(db.iter().ctx(|| "scanning the database".into())?)
-        } else {
-            let db = &db;
-            let gen = &gen;
-            Box::new((0..n).filter_map(move |i| {
-                let k = gen.key(i);
-                db.get(&k).map(|v| v.map(|v| (k, v))).transpose()
-            }))
-        };
+    let items: Box<dyn Iterator<Item = woods::Result<Record>>> = if db.index_kind().ordered() {
+        Box::new(db.iter().ctx(|| "scanning the database".into())?)
+    } else {
+        let db = &db;
+        let gen = &gen;
+        Box::new((0..n).filter_map(move |i| {
+            let k = gen.key(i);
+            db.get(&k).map(|v| v.map(|v| (k, v))).transpose()
+        }))
+    };
     for item in items {
         let (k, v) = item.ctx(|| "reading the database".into())?;
         let Some(i) = gen.index_of(&k, n) else {

@@ -270,11 +270,9 @@ impl Boa {
                 freed,
             })
         });
-        if let Err(e) = r {
-            // The commit may have reached the disk though it failed: the new pages are kept
-            // (the database is read-only from here; a reopen recovers whichever state won).
-            return Err(e);
-        }
+        // On failure the commit may have reached the disk all the same: the new pages are kept
+        // (the database is read-only from here; a reopen recovers whichever state won).
+        r?;
         self.publish(next);
         for t in &job.inputs {
             t.mark_obsolete();
