@@ -79,6 +79,9 @@ pub struct Boa {
     /// Units the job in progress has done (read by `debt` without the job's lock).
     progress: AtomicU64,
     meta: Mutex<MetaState>,
+    /// The fingerprint seed (`meta.seed`, which never changes after open): read by every
+    /// lookup without the lock.
+    seed: u64,
     durable: AtomicU64,
     /// Filter bytes charged to the cache.
     reserved: AtomicU64,
@@ -114,6 +117,7 @@ impl Boa {
             version::decode_meta(&ctx.store, meta, max_runs)?
         };
         let boa = Boa {
+            seed: state.seed,
             ctx,
             params,
             current: RwLock::new(Arc::new(Version::default())),
@@ -154,7 +158,7 @@ impl Boa {
     fn setup(&self) -> Setup<'_> {
         Setup {
             store: &self.ctx.store,
-            seed: self.meta.lock().seed,
+            seed: self.seed,
             check_bits: self.params.check_bits,
             run_bits: self.run_bits(),
             extent_pages: u64::from(self.params.extent_pages),
@@ -523,8 +527,7 @@ impl Index for Boa {
         if v.levels.is_empty() {
             return Ok(());
         }
-        let seed = self.meta.lock().seed;
-        let fp = Fingerprint::of(seed, key);
+        let fp = Fingerprint::of(self.seed, key);
         let rk = run_key(&fp, key);
         let key: Arc<[u8]> = Arc::from(key);
         let mut routed = Routed::default();
@@ -614,7 +617,7 @@ impl Index for Boa {
 
     fn check(&self) -> Result<u64> {
         let v = self.version();
-        let seed = self.meta.lock().seed;
+        let seed = self.seed;
         let mut total = 0u64;
         let mut extents: Vec<Extent> = Vec::new();
         for (i, level) in v.levels.iter().enumerate() {
