@@ -895,10 +895,19 @@ impl Db {
             let frozen: u64 = m.frozen.iter().map(|f| f.len() as u64).sum();
             (m.active.len() as u64 + frozen, 1 + m.frozen.len())
         };
-        // `DbIter` takes over the registration of `seq`.
-        let mut scan = DbIter::new::<[u8], _>(self.inner.clone(), seq, &(..), false)?;
-        let index_versions = self.inner.index.check()?;
-        let live_keys = scan.try_fold(0u64, |n, r| r.map(|_| n + 1))?;
+        let (index_versions, live_keys) = if self.index_kind().ordered() {
+            // `DbIter` takes over the registration of `seq`.
+            let mut scan = DbIter::new::<[u8], _>(self.inner.clone(), seq, &(..), false)?;
+            let index_versions = self.inner.index.check()?;
+            (
+                index_versions,
+                scan.try_fold(0u64, |n, r| r.map(|_| n + 1))?,
+            )
+        } else {
+            let r = self.check_point_only(seq);
+            self.inner.snapshots.release(seq);
+            r?
+        };
         let alloc = self.inner.store.alloc();
         Ok(CheckReport {
             seq,
@@ -909,6 +918,28 @@ impl Db {
             file_pages: alloc.end(),
             free_pages: alloc.free_pages(),
         })
+    }
+
+    /// [`Db::check`] on a point-only kind, which cannot iterate: the index is checked, then
+    /// every distinct key it or a memtable holds is looked up at `seq` (the set of keys is held
+    /// in memory meanwhile). Returns (index versions, live keys).
+    fn check_point_only(&self, seq: u64) -> Result<(u64, u64)> {
+        let index_versions = self.inner.index.check()?;
+        let mut keys: std::collections::HashSet<Vec<u8>> =
+            self.inner.index.point_keys()?.into_iter().collect();
+        {
+            let m = self.inner.mems.read();
+            for mem in std::iter::once(&m.active).chain(m.frozen.iter()) {
+                keys.extend(mem.entries().map(|e| e.key.to_vec()));
+            }
+        }
+        let mut live = 0u64;
+        for k in &keys {
+            if self.inner.get_at(k, seq)?.is_some() {
+                live += 1;
+            }
+        }
+        Ok((index_versions, live))
     }
 
     /// The index kind and its parameters.

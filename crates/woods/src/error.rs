@@ -74,6 +74,12 @@ pub enum Error {
     },
     /// The database handle is closed.
     Closed,
+    /// The operation needs something the database's index kind does not have: range scans,
+    /// iterators and reverse scans on a point-only kind (`boa`, which orders keys by hash).
+    Unsupported {
+        /// What was asked for, and of which kind (`range scan on index kind boa`).
+        what: String,
+    },
 }
 
 /// Shorthand used throughout woods.
@@ -183,6 +189,7 @@ impl Error {
                 cause: cause.clone(),
             },
             Error::Closed => Error::Closed,
+            Error::Unsupported { what } => Error::Unsupported { what: what.clone() },
         }
     }
 }
@@ -221,6 +228,10 @@ impl fmt::Display for Error {
                 write!(f, "database is read-only after an earlier failure ({cause}); reopen it")
             }
             Error::Closed => write!(f, "database is closed"),
+            Error::Unsupported { what } => write!(
+                f,
+                "unsupported: {what} (the index kind keeps no key order: point operations only)"
+            ),
         }
     }
 }

@@ -71,7 +71,7 @@ pub use db::{CheckReport, Db, DbIter, Snapshot, Stats};
 pub use entry::{Entry, Kind, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
 pub use options::{
-    BTreeParams, Durability, FdTreeParams, IamParams, IndexKind, LsmParams, MergeOperator,
-    NbTreeParams, Options, PbtParams, StbeParams,
+    BTreeParams, BoaParams, Durability, FdTreeParams, IamParams, IndexKind, LsmParams,
+    MergeOperator, NbTreeParams, Options, PbtParams, StbeParams,
 };
 pub use repair::RepairReport;

@@ -335,6 +335,34 @@ impl Default for PbtParams {
     }
 }
 
+/// Parameters of the bundle of arrays (`boa`, specs/hashing-aging-insert-buffers.md §1.5,
+/// §1.11): a size-tiered log of runs laid out by key fingerprint, with one routing filter per
+/// level. A point-only kind: it keeps no key order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoaParams {
+    /// λ: a level holds at most λ − 1 runs, and before a λ-th would be registered its λ − 1
+    /// runs are merged into one run of the next level (spec correction 3), so run sizes grow by
+    /// λ − 1 a level. A power of two in 4..=256 (default 16; the spec's optimality needs
+    /// λ ≳ log N / log log N, 8 to 16; λ = 2 would merge one run at a time and never combine).
+    pub lambda: u32,
+    /// Bits of the check character each routing-filter entry keeps (1..=16; default 4, one
+    /// character of log₂ 16 bits, spec §1.5). A wider check cuts the filter's false positives
+    /// per level from k/λ² towards k/(λ·2^check_bits) at that many bits per entry.
+    pub check_bits: u32,
+    /// Pages per chunk a run is written in (8..=1024, default 64).
+    pub extent_pages: u32,
+}
+
+impl Default for BoaParams {
+    fn default() -> Self {
+        BoaParams {
+            lambda: 16,
+            check_bits: 4,
+            extent_pages: 64,
+        }
+    }
+}
+
 /// Parameters of the FD-tree (`fdtree`, specs/fdtree.md): a head tree (the Db's memtables) over
 /// sorted runs L1..Ll whose capacities grow by `k`, linked by fences. A field left at 0 takes
 /// the default the spec's cost model (§5.4) or the memtable size gives.
@@ -448,9 +476,18 @@ pub enum IndexKind {
     /// Partitioned B-tree (Riegger, Vinçon, Petrov, iiWAS 2017): partitions as key prefixes of
     /// one B+-tree, the newest buffered and written out sequentially.
     Pbt(PbtParams),
+    /// Bundle of arrays (Conway, Farach-Colton, Shilane, ICALP 2018): an external-memory hash
+    /// index, runs laid out by key fingerprint and routing filters; point operations only.
+    Boa(BoaParams),
 }
 
 impl IndexKind {
+    /// Whether the kind keeps keys in order: `false` for a point-only kind (`boa`), on which
+    /// range scans and iterators return [`Error::Unsupported`].
+    pub fn ordered(&self) -> bool {
+        !matches!(self, IndexKind::Boa(_))
+    }
+
     /// The short name used on the command line and in stats (`btree`, `lsm`).
     pub fn name(&self) -> &'static str {
         match self {
@@ -463,6 +500,7 @@ impl IndexKind {
             IndexKind::FdTree(p) if p.deamortized => "fdtree-d",
             IndexKind::FdTree(_) => "fdtree",
             IndexKind::Pbt(_) => "pbt",
+            IndexKind::Boa(_) => "boa",
         }
     }
 
@@ -481,9 +519,10 @@ impl IndexKind {
                 ..FdTreeParams::default()
             })),
             "pbt" => Ok(IndexKind::Pbt(PbtParams::default())),
+            "boa" => Ok(IndexKind::Boa(BoaParams::default())),
             other => Err(Error::InvalidOption(format!(
                 "unknown index kind {other:?} (known: btree, lsm, nbtree, stbe, lsa, iam, fdtree, \
-                 fdtree-d, pbt)"
+                 fdtree-d, pbt, boa)"
             ))),
         }
     }
@@ -503,6 +542,7 @@ impl IndexKind {
                 ..FdTreeParams::default()
             }),
             IndexKind::Pbt(PbtParams::default()),
+            IndexKind::Boa(BoaParams::default()),
         ]
     }
 
@@ -597,6 +637,18 @@ impl IndexKind {
                     return bad("max_partitions 1 (0 turns merge off; at least 2)".into());
                 }
             }
+            IndexKind::Boa(p) => {
+                let bad = |d: String| Err(Error::InvalidOption(format!("boa {d}")));
+                if !(4..=256).contains(&p.lambda) || !p.lambda.is_power_of_two() {
+                    return bad(format!("lambda {} not a power of two in 4..=256", p.lambda));
+                }
+                if !(1..=16).contains(&p.check_bits) {
+                    return bad(format!("check_bits {} not in 1..=16", p.check_bits));
+                }
+                if !(8..=1024).contains(&p.extent_pages) {
+                    return bad(format!("extent_pages {} not in 8..=1024", p.extent_pages));
+                }
+            }
         }
         Ok(())
     }
@@ -666,6 +718,12 @@ impl IndexKind {
                     codec::put_u32(out, v);
                 }
             }
+            IndexKind::Boa(p) => {
+                out.push(9);
+                for v in [p.lambda, p.check_bits, p.extent_pages] {
+                    codec::put_u32(out, v);
+                }
+            }
         }
     }
 
@@ -714,6 +772,11 @@ impl IndexKind {
                 bloom_bits_per_key: r.u32()?,
                 write_pages: r.u32()?,
                 max_partitions: r.u32()?,
+            })),
+            9 => Ok(IndexKind::Boa(BoaParams {
+                lambda: r.u32()?,
+                check_bits: r.u32()?,
+                extent_pages: r.u32()?,
             })),
             k => Err(Error::corruption(
                 "options",

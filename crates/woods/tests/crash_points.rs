@@ -260,12 +260,17 @@ fn crash_points_pbt() {
     crash_points_test("pbt")
 }
 
+#[test]
+fn crash_points_boa() {
+    crash_points_test("boa")
+}
+
 /// Every kind of the suite is covered above.
 #[test]
 fn crash_points_cover_every_kind() {
     let names: Vec<&str> = kinds().iter().map(|k| k.name()).collect();
     assert_eq!(
         names,
-        ["btree", "lsm", "nbtree", "stbe", "lsa", "iam", "fdtree", "fdtree-d", "pbt"]
+        ["btree", "lsm", "nbtree", "stbe", "lsa", "iam", "fdtree", "fdtree-d", "pbt", "boa"]
     );
 }

@@ -50,7 +50,13 @@ fn avalanche(mut h: u64) -> u64 {
 /// with a full avalanche at the end. Stable across platforms and versions (it is part of the
 /// on-disk format of every filter).
 pub fn hash64(data: &[u8]) -> u64 {
-    let mut h = P3 ^ (data.len() as u64).wrapping_mul(P1);
+    hash64_seeded(0, data)
+}
+
+/// [`hash64`] under a seed (seed 0 is [`hash64`]): independent hashes of one key for
+/// structures that need more than 64 bits or a per-database hash (`boa`'s fingerprints).
+pub fn hash64_seeded(seed: u64, data: &[u8]) -> u64 {
+    let mut h = (P3 ^ seed) ^ (data.len() as u64).wrapping_mul(P1);
     let mut lanes = data.chunks_exact(8);
     for lane in &mut lanes {
         let mut a = [0u8; 8];

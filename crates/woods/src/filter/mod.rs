@@ -10,7 +10,7 @@
 pub mod bloom;
 pub mod quotient;
 
-pub use bloom::{hash64, Bloom, BloomBuilder, BloomFinish};
+pub use bloom::{hash64, hash64_seeded, Bloom, BloomBuilder, BloomFinish};
 pub use quotient::{QuotientBuilder, QuotientFilter, QuotientFinish};
 
 use crate::error::{Error, Result};

@@ -5,6 +5,8 @@
 //! reorganisation; `debt` says how much is left before the next memtable can be absorbed.
 
 #[doc(hidden)]
+pub mod boa;
+#[doc(hidden)]
 pub mod btree;
 #[doc(hidden)]
 pub mod committer;
@@ -199,6 +201,14 @@ pub trait Index: Send + Sync {
     fn stats(&self) -> IndexStats;
     /// Verifies every page checksum and structural invariant; returns the number of entries.
     fn check(&self) -> Result<u64>;
+    /// Every distinct key the index holds a version of, in no particular order: how
+    /// [`crate::Db::check`] counts live keys on a point-only kind, which cannot iterate.
+    /// Ordered kinds leave the default ([`Error::Unsupported`]).
+    fn point_keys(&self) -> Result<Vec<Vec<u8>>> {
+        Err(crate::error::Error::Unsupported {
+            what: "listing keys without an iterator".into(),
+        })
+    }
 }
 
 /// Opens (or creates, when `meta` is empty) the index of a kind from its manifest metadata.
@@ -229,5 +239,6 @@ pub fn open_index(
         )?),
         IndexKind::FdTree(p) => Arc::new(fdtree::FdTree::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Pbt(p) => Arc::new(pbt::Pbt::open(ctx, p.clone(), meta, durable_seq)?),
+        IndexKind::Boa(p) => Arc::new(boa::Boa::open(ctx, p.clone(), meta, durable_seq)?),
     })
 }

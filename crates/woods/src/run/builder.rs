@@ -592,7 +592,15 @@ impl RunBuilder {
     /// twice: anything else is a bug of the caller (a debug assertion, and
     /// `Error::InvalidOption` in release builds). Keys and values are checked against the limits.
     pub fn add(&mut self, e: &Entry) -> Result<()> {
-        check_key(&e.key)?;
+        if e.key.len() > crate::entry::MAX_KEY_LEN {
+            // A kind may prefix user keys with up to `KEY_ROOM` bytes of its own (`boa`'s
+            // fingerprint); what a user gave was checked against the limit on the way in.
+            if e.key.len() > crate::entry::MAX_KEY_LEN + super::KEY_ROOM {
+                return Err(Error::InvalidKey { len: e.key.len() });
+            }
+        } else {
+            check_key(&e.key)?;
+        }
         check_value(&e.value)?;
         let new_key = match &self.last {
             Some((k, s)) => {

@@ -42,6 +42,10 @@ use format::{
 };
 pub use format::{Fence, AUX_CONT_PREV};
 
+/// Bytes an index kind may put in front of a user key in a run's keys (`boa` orders runs by
+/// an 8-byte fingerprint prefix): run keys are up to `MAX_KEY_LEN + KEY_ROOM` bytes.
+pub const KEY_ROOM: usize = 8;
+
 /// How a run is built.
 #[derive(Clone, Copy, Debug)]
 pub struct RunOptions {

@@ -1,0 +1,531 @@
+//! The refined routing filter of one level (spec §1.5): a sorted list of (prefix P_ℓ(K),
+//! sketch) pairs, one per distinct (prefix, check character, run) of the level, prefixes
+//! delta-encoded; a pivot table, indexed by the prefix's top bits, giving the byte offset
+//! where each pivot's entries start; and a restart at every pivot boundary (the first entry
+//! after it is a delta from the pivot's first prefix), so that a lookup decodes only its
+//! pivot's entries. The sketch is the check character C_ℓ(K) and the run index.
+//!
+//! Entries are ordered by prefix, then by run index descending, so a lookup returns the runs
+//! that may hold a key newest first (spec correction 2). A merge into a level rewrites its
+//! filter sequentially: the old list and the new run's stream, both in prefix order, are
+//! merged ([`FilterBuilder`]), as §1.5's update says.
+//!
+//! Encoding of one entry: the prefix delta as a LEB128 varint, then the sketch
+//! `check << run_bits | run` in `sketch_bytes` little-endian bytes. The persisted form is in
+//! `docs/format.md` (boa routing filter).
+
+use std::sync::Arc;
+
+use crate::entry::codec::{self, Reader};
+use crate::error::{Error, Result};
+use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
+
+/// The persisted filter's first bytes.
+const MAGIC: &[u8; 4] = b"BOAF";
+/// Version byte of the persisted filter.
+const FORMAT: u8 = 1;
+/// Entries a pivot covers, about: a lookup decodes this many entries.
+const PER_PIVOT: u64 = 8;
+/// The widest prefix a filter uses.
+pub const MAX_PREFIX_BITS: u32 = 56;
+
+/// The shape of a level's filter, fixed when the level's first run arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Bits of P_ℓ(K): log₂ of λ times the expected run size (the spec's β = λ).
+    pub prefix_bits: u32,
+    /// Bits of the check character.
+    pub check_bits: u32,
+    /// Bits of a run index (log₂ λ).
+    pub run_bits: u32,
+}
+
+impl Shape {
+    /// The shape for runs of about `run_entries` entries with growth factor 2^`run_bits`.
+    pub fn for_runs(run_entries: u64, run_bits: u32, check_bits: u32) -> Shape {
+        let size_bits = 64 - run_entries.max(2).saturating_sub(1).leading_zeros();
+        Shape {
+            prefix_bits: (size_bits + run_bits).min(MAX_PREFIX_BITS),
+            check_bits,
+            run_bits,
+        }
+    }
+
+    fn sketch_bytes(&self) -> usize {
+        (self.check_bits + self.run_bits).div_ceil(8) as usize
+    }
+}
+
+/// One filter entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sketch {
+    /// P_ℓ(K).
+    pub prefix: u64,
+    /// C_ℓ(K).
+    pub check: u16,
+    /// The run (0 oldest) holding a key with this prefix and check character.
+    pub run: u8,
+}
+
+/// A level's routing filter, in memory (its bytes are charged to the cache's budget by the
+/// index).
+#[derive(Debug)]
+pub struct RoutingFilter {
+    shape: Shape,
+    /// Pivot p's entries start at `pivots[p]`; `pivots[n]` is the data's length.
+    pivots: Vec<u32>,
+    pivot_bits: u32,
+    data: Vec<u8>,
+    entries: u64,
+}
+
+/// What a lookup found in one level.
+#[derive(Debug, Default)]
+pub struct Routed {
+    /// Entries with the key's prefix (true and false positives).
+    pub prefix_matches: u64,
+    /// The runs whose entry matched prefix and check character, newest first.
+    pub runs: Vec<u8>,
+}
+
+impl RoutingFilter {
+    /// The filter's shape.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// Entries in the list.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Bytes held in memory (list and pivot table).
+    pub fn bytes(&self) -> u64 {
+        (self.data.len() + 4 * self.pivots.len()) as u64
+    }
+
+    /// Bits of the pivot prefix (the table has 2^pivot_bits + 1 slots).
+    pub fn pivot_bits(&self) -> u32 {
+        self.pivot_bits
+    }
+
+    fn shift(&self) -> u32 {
+        self.shape.prefix_bits - self.pivot_bits
+    }
+
+    fn bad(&self, d: String) -> Error {
+        Error::corruption("boa routing filter", None, d)
+    }
+
+    /// Decodes one entry at `r`, `prev` the prefix before it in its pivot.
+    fn decode(&self, r: &mut Reader, prev: u64) -> Result<Sketch> {
+        let prefix = prev
+            .checked_add(r.varint()?)
+            .ok_or_else(|| self.bad("prefix delta overflows".into()))?;
+        let mut s = 0u64;
+        for (i, b) in r.take(self.shape.sketch_bytes())?.iter().enumerate() {
+            s |= u64::from(*b) << (8 * i);
+        }
+        Ok(Sketch {
+            prefix,
+            check: (s >> self.shape.run_bits) as u16,
+            run: (s & ((1 << self.shape.run_bits) - 1)) as u8,
+        })
+    }
+
+    /// The byte range of pivot `p`'s entries.
+    fn pivot_range(&self, p: usize) -> Result<(usize, usize)> {
+        match (self.pivots.get(p), self.pivots.get(p + 1)) {
+            (Some(&a), Some(&b)) if a <= b && b as usize <= self.data.len() => {
+                Ok((a as usize, b as usize))
+            }
+            _ => Err(self.bad(format!("pivot {p} out of range"))),
+        }
+    }
+
+    /// The runs that may hold a key with this prefix and check character, newest first
+    /// (spec §1.5 lookup: decode the pivot's entries, keep those with the full prefix, then
+    /// the check character).
+    pub fn route(&self, prefix: u64, check: u16, out: &mut Routed) -> Result<()> {
+        out.runs.clear();
+        out.prefix_matches = 0;
+        let p = (prefix >> self.shift()) as usize;
+        let (start, end) = self.pivot_range(p)?;
+        let mut r = Reader::new(&self.data[start..end], "boa routing filter");
+        let mut prev = (p as u64) << self.shift();
+        while !r.is_empty() {
+            let e = self.decode(&mut r, prev)?;
+            prev = e.prefix;
+            if e.prefix > prefix {
+                break;
+            }
+            if e.prefix == prefix {
+                out.prefix_matches += 1;
+                if e.check == check && out.runs.last() != Some(&e.run) {
+                    out.runs.push(e.run);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every entry in list order, decoded and checked: sorted by (prefix, run descending),
+    /// each in its pivot, each prefix within the prefix bits, each run below `runs`.
+    pub fn all(&self, runs: usize) -> Result<Vec<Sketch>> {
+        let mut out = Vec::with_capacity(self.entries as usize);
+        let shift = self.shift();
+        for p in 0..self.pivots.len().saturating_sub(1) {
+            let (start, end) = self.pivot_range(p)?;
+            let mut r = Reader::new(&self.data[start..end], "boa routing filter");
+            let mut prev = (p as u64) << shift;
+            while !r.is_empty() {
+                let e = self.decode(&mut r, prev)?;
+                if (e.prefix >> shift) as usize != p {
+                    return Err(self.bad(format!("prefix {:#x} outside pivot {p}", e.prefix)));
+                }
+                if let Some(last) = out.last() {
+                    let last: &Sketch = last;
+                    if (last.prefix, std::cmp::Reverse(last.run))
+                        > (e.prefix, std::cmp::Reverse(e.run))
+                    {
+                        return Err(self.bad(format!("entries out of order at {:#x}", e.prefix)));
+                    }
+                }
+                if usize::from(e.run) >= runs {
+                    return Err(self.bad(format!("entry routes to run {} of {runs}", e.run)));
+                }
+                prev = e.prefix;
+                out.push(e);
+            }
+        }
+        if out.len() as u64 != self.entries {
+            return Err(self.bad(format!(
+                "{} entries decoded, {} recorded",
+                out.len(),
+                self.entries
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Where each entry of pivot `p` can be decoded from: the restart points, for tests.
+    #[cfg(test)]
+    pub fn pivot_entries(&self, p: usize) -> Result<Vec<Sketch>> {
+        let (start, end) = self.pivot_range(p)?;
+        let mut r = Reader::new(&self.data[start..end], "boa routing filter");
+        let mut prev = (p as u64) << self.shift();
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            let e = self.decode(&mut r, prev)?;
+            prev = e.prefix;
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    /// The persisted form: header, pivot table, list, crc32c of all before it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.bytes() as usize);
+        out.extend_from_slice(MAGIC);
+        out.push(FORMAT);
+        for b in [
+            self.shape.prefix_bits,
+            self.shape.check_bits,
+            self.shape.run_bits,
+            self.pivot_bits,
+        ] {
+            out.push(b as u8);
+        }
+        codec::put_u64(&mut out, self.entries);
+        codec::put_u64(&mut out, self.data.len() as u64);
+        for p in &self.pivots {
+            codec::put_u32(&mut out, *p);
+        }
+        out.extend_from_slice(&self.data);
+        let crc = crc32c::crc32c(&out);
+        codec::put_u32(&mut out, crc);
+        out
+    }
+
+    /// Decodes [`RoutingFilter::encode`]'s bytes, checking the header, the checksum and the
+    /// pivot table (the entries are checked by [`RoutingFilter::all`]).
+    pub fn decode_bytes(buf: &[u8]) -> Result<RoutingFilter> {
+        let bad = |d: String| Error::corruption("boa routing filter", None, d);
+        if buf.len() < 4 {
+            return Err(bad(format!("{} bytes", buf.len())));
+        }
+        let (body, crc) = buf.split_at(buf.len() - 4);
+        let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+        if crc32c::crc32c(body) != stored {
+            return Err(bad("checksum mismatch".into()));
+        }
+        let mut r = Reader::new(body, "boa routing filter");
+        if r.take(4)? != MAGIC || r.u8()? != FORMAT {
+            return Err(bad("not a routing filter of format 1".into()));
+        }
+        let shape = Shape {
+            prefix_bits: u32::from(r.u8()?),
+            check_bits: u32::from(r.u8()?),
+            run_bits: u32::from(r.u8()?),
+        };
+        let pivot_bits = u32::from(r.u8()?);
+        if shape.prefix_bits > MAX_PREFIX_BITS
+            || pivot_bits > shape.prefix_bits
+            || pivot_bits > 30
+            || !(1..=16).contains(&shape.check_bits)
+            || !(1..=8).contains(&shape.run_bits)
+        {
+            return Err(bad(format!("shape {shape:?}, pivot bits {pivot_bits}")));
+        }
+        let entries = r.u64()?;
+        let data_len = r.u64()?;
+        let n = (1usize << pivot_bits) + 1;
+        if (n * 4) as u64 + data_len != r.remaining() as u64 {
+            return Err(bad(format!(
+                "{n} pivots and {data_len} bytes of entries in {} bytes",
+                r.remaining()
+            )));
+        }
+        let mut pivots = Vec::with_capacity(n);
+        for _ in 0..n {
+            let p = r.u32()?;
+            if pivots.last().is_some_and(|&l| p < l) || u64::from(p) > data_len {
+                return Err(bad(format!("pivot table out of order at {}", pivots.len())));
+            }
+            pivots.push(p);
+        }
+        if pivots.first() != Some(&0) || pivots.last().map(|&l| u64::from(l)) != Some(data_len) {
+            return Err(bad("pivot table does not span the entries".into()));
+        }
+        let data = r.take(data_len as usize)?.to_vec();
+        Ok(RoutingFilter {
+            shape,
+            pivots,
+            pivot_bits,
+            data,
+            entries,
+        })
+    }
+
+    /// Writes the persisted form into a fresh extent; returns it and the byte length.
+    pub fn write(&self, store: &PageFile, purpose: Purpose) -> Result<(Extent, u64)> {
+        let bytes = self.encode();
+        let pages = bytes.len().div_ceil(PAGE_BODY);
+        let mut buf = AlignedBuf::zeroed(pages * PAGE_SIZE);
+        for (i, c) in bytes.chunks(PAGE_BODY).enumerate() {
+            buf[i * PAGE_SIZE..i * PAGE_SIZE + c.len()].copy_from_slice(c);
+        }
+        let ext = store.alloc().alloc(pages as u64);
+        if let Err(e) = store.write(ext.start, &mut buf, purpose) {
+            store.alloc().release(ext);
+            return Err(e);
+        }
+        Ok((ext, bytes.len() as u64))
+    }
+
+    /// Reads a filter written by [`RoutingFilter::write`].
+    pub fn read(store: &PageFile, ext: Extent, len: u64) -> Result<RoutingFilter> {
+        let bad = |d: String| Error::corruption("boa routing filter", Some(ext.start), d);
+        let first = store.alloc().first_page();
+        let end = store.alloc().end();
+        if ext.pages == 0
+            || len > ext.pages * PAGE_BODY as u64
+            || ext.start < first
+            || ext.start.checked_add(ext.pages).is_none_or(|e| e > end)
+        {
+            return Err(bad(format!(
+                "{len} bytes in pages {}+{} (file pages {first}..{end})",
+                ext.start, ext.pages
+            )));
+        }
+        let buf = store.read_many(ext.start, ext.pages as usize, Purpose::Merge)?;
+        let mut out = Vec::with_capacity(len as usize);
+        for i in 0..ext.pages as usize {
+            let take = (len as usize - out.len()).min(PAGE_BODY);
+            out.extend_from_slice(&buf[i * PAGE_SIZE..i * PAGE_SIZE + take]);
+        }
+        RoutingFilter::decode_bytes(&out)
+    }
+}
+
+/// Reads a filter's entries in list order, one at a time.
+struct Cursor {
+    f: Arc<RoutingFilter>,
+    pos: usize,
+    pivot: usize,
+    prev: u64,
+}
+
+impl Cursor {
+    fn new(f: Arc<RoutingFilter>) -> Cursor {
+        Cursor {
+            f,
+            pos: 0,
+            pivot: 0,
+            prev: 0,
+        }
+    }
+
+    fn next(&mut self) -> Result<Option<Sketch>> {
+        let shift = self.f.shift();
+        loop {
+            let (_, end) = match self.f.pivot_range(self.pivot) {
+                Ok(r) => r,
+                Err(_) if self.pivot + 1 >= self.f.pivots.len() => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if self.pos < end {
+                let mut r = Reader::new(&self.f.data[self.pos..end], "boa routing filter");
+                let e = self.f.decode(&mut r, self.prev)?;
+                self.pos = end - r.remaining();
+                self.prev = e.prefix;
+                return Ok(Some(e));
+            }
+            self.pivot += 1;
+            self.prev = (self.pivot as u64) << shift;
+        }
+    }
+}
+
+/// Builds a level's new filter: the old filter's entries merged with a new run's stream
+/// (spec §1.5 update), written sequentially. The new run has the highest index, so at equal
+/// prefixes its entries come first.
+pub struct FilterBuilder {
+    shape: Shape,
+    pivot_bits: u32,
+    old: Option<Cursor>,
+    peeked: Option<Sketch>,
+    run: u8,
+    pivots: Vec<u32>,
+    pivot: usize,
+    prev: u64,
+    data: Vec<u8>,
+    entries: u64,
+    last_new: Option<Sketch>,
+}
+
+impl FilterBuilder {
+    /// A builder adding run `run` to a level whose current filter is `old` (`None`: the level
+    /// is empty and takes `shape`), sized for about `new_entries` more entries.
+    pub fn new(
+        old: Option<&Arc<RoutingFilter>>,
+        shape: Shape,
+        run: u8,
+        new_entries: u64,
+    ) -> Result<FilterBuilder> {
+        let shape = old.map_or(shape, |f| f.shape());
+        let total = old.map_or(0, |f| f.entries()) + new_entries;
+        let want = 63 - (total / PER_PIVOT).max(1).leading_zeros();
+        let pivot_bits = want.min(shape.prefix_bits).min(24);
+        let mut b = FilterBuilder {
+            shape,
+            pivot_bits,
+            old: old.map(|f| Cursor::new(f.clone())),
+            peeked: None,
+            run,
+            pivots: vec![0; (1 << pivot_bits) + 1],
+            pivot: 0,
+            prev: 0,
+            data: Vec::new(),
+            entries: 0,
+            last_new: None,
+        };
+        b.advance_old()?;
+        Ok(b)
+    }
+
+    /// The shape of the filter being built.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    fn advance_old(&mut self) -> Result<()> {
+        self.peeked = match &mut self.old {
+            Some(c) => c.next()?,
+            None => None,
+        };
+        if let Some(o) = self.peeked {
+            if o.run >= self.run {
+                return Err(Error::corruption(
+                    "boa routing filter",
+                    None,
+                    format!("entry routes to run {} of {}", o.run, self.run),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, e: Sketch) -> Result<()> {
+        let shift = self.shape.prefix_bits - self.pivot_bits;
+        let p = (e.prefix >> shift) as usize;
+        let bad = |d: String| Error::corruption("boa routing filter", None, d);
+        if p + 1 >= self.pivots.len() || p < self.pivot {
+            return Err(bad(format!("prefix {:#x} out of order or range", e.prefix)));
+        }
+        if p != self.pivot {
+            for q in self.pivot + 1..=p {
+                self.pivots[q] = self.data.len() as u32;
+            }
+            self.pivot = p;
+            self.prev = (p as u64) << shift;
+        }
+        let delta = e
+            .prefix
+            .checked_sub(self.prev)
+            .ok_or_else(|| bad(format!("prefix {:#x} out of order", e.prefix)))?;
+        codec::put_varint(&mut self.data, delta);
+        let s = (u64::from(e.check) << self.shape.run_bits) | u64::from(e.run);
+        self.data
+            .extend_from_slice(&s.to_le_bytes()[..self.shape.sketch_bytes()]);
+        self.prev = e.prefix;
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// Adds the new run's entry for a key (keys arrive in fingerprint order); an entry equal to
+    /// the previous one adds nothing.
+    pub fn add(&mut self, prefix: u64, check: u16) -> Result<()> {
+        let e = Sketch {
+            prefix,
+            check,
+            run: self.run,
+        };
+        if self.last_new == Some(e) {
+            return Ok(());
+        }
+        if self.last_new.is_some_and(|l| l.prefix > prefix) {
+            return Err(Error::InvalidOption(format!(
+                "boa: filter entries out of order at prefix {prefix:#x}"
+            )));
+        }
+        self.last_new = Some(e);
+        while let Some(o) = self.peeked {
+            if o.prefix >= prefix {
+                break;
+            }
+            self.push(o)?;
+            self.advance_old()?;
+        }
+        self.push(e)
+    }
+
+    /// The finished filter.
+    pub fn finish(mut self) -> Result<RoutingFilter> {
+        while let Some(o) = self.peeked {
+            self.push(o)?;
+            self.advance_old()?;
+        }
+        let len = self.data.len() as u32;
+        for q in self.pivot + 1..self.pivots.len() {
+            self.pivots[q] = len;
+        }
+        Ok(RoutingFilter {
+            shape: self.shape,
+            pivots: self.pivots,
+            pivot_bits: self.pivot_bits,
+            data: self.data,
+            entries: self.entries,
+        })
+    }
+}

@@ -1,0 +1,261 @@
+//! A flush or a merge, held between `work` steps so that it is done in bounded pieces.
+//!
+//! A flush sorts the frozen memtable by fingerprint (one step) and writes it as a new run of
+//! level 1; a merge reads every run of a level in one (λ−1)-way merge by fingerprint and writes
+//! one run of the next level (spec §1.4 MERGE step 1–2). Either way versions are resolved by
+//! the substrate's [`Compactor`] (snapshots keep what they see; tombstones and what they hide
+//! are dropped only when the output becomes the oldest data in the store, spec correction 1),
+//! and the target level's routing filter is rewritten alongside, in the same pass, from the
+//! output's keys (§1.5 update).
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::filter::{FilterBuilder, Shape};
+use super::hash::{run_key, split_run_key, Fingerprint};
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::index::lsm::version::Table;
+use crate::memtable::Memtable;
+use crate::merge::{Compactor, EntryIter, MergeIter};
+use crate::options::MergeOperator;
+use crate::run::{RunBuilder, RunOptions};
+use crate::storage::{PageFile, Purpose};
+
+/// Work units charged per entry on top of its key and value bytes.
+pub const ENTRY_UNITS: u64 = 16;
+
+/// Where a job's output goes and what it replaces.
+pub enum Kind {
+    /// A frozen memtable becomes a run of level 1.
+    Flush(Arc<Memtable>),
+    /// Every run of `level` (0-based) becomes one run of `level + 1`.
+    Merge {
+        /// The level merged.
+        level: usize,
+    },
+}
+
+/// What the job needs of the index.
+pub struct Setup<'a> {
+    pub store: &'a Arc<PageFile>,
+    pub seed: u64,
+    pub check_bits: u32,
+    pub run_bits: u32,
+    pub extent_pages: u64,
+    pub snapshots: Vec<u64>,
+    pub merge_op: Option<Arc<dyn MergeOperator>>,
+}
+
+/// A flush or merge in progress.
+pub struct Job {
+    /// Flush or merge.
+    pub kind: Kind,
+    /// The level (0-based) the output run joins.
+    pub target: usize,
+    /// The runs the output replaces (a merge's inputs).
+    pub inputs: Vec<Arc<Table>>,
+    source: Compactor<EntryIter>,
+    builder: Option<RunBuilder>,
+    filter: Option<FilterBuilder>,
+    group: Vec<Entry>,
+    seed: u64,
+    /// Work units of the whole job, and done so far.
+    pub total: u64,
+    pub done: u64,
+}
+
+/// The units of work an entry costs.
+pub fn units(e: &Entry) -> u64 {
+    (e.key.len() + e.value.len()) as u64 + ENTRY_UNITS
+}
+
+impl Job {
+    /// A flush of `mem` into level 1, whose current state is `level`: the memtable's entries,
+    /// keyed by fingerprint and sorted (a stable sort keeps a key's versions newest first).
+    pub fn flush(
+        s: &Setup,
+        mem: Arc<Memtable>,
+        level: &super::version::Level,
+        bottom: bool,
+    ) -> Result<Job> {
+        let mut keyed: Vec<Entry> = mem
+            .entries()
+            .map(|e| {
+                let fp = Fingerprint::of(s.seed, &e.key);
+                Entry {
+                    key: Arc::from(run_key(&fp, &e.key)),
+                    ..e
+                }
+            })
+            .collect();
+        keyed.sort_by(|a, b| a.key.cmp(&b.key));
+        let total: u64 = keyed.iter().map(units).sum();
+        let entries = keyed.len() as u64;
+        let source: EntryIter = Box::new(keyed.into_iter().map(Ok));
+        Job::new(
+            s,
+            Kind::Flush(mem),
+            0,
+            Vec::new(),
+            source,
+            level,
+            entries,
+            total,
+            bottom,
+        )
+    }
+
+    /// A merge of every run of `levels[level]` into a run of the next level.
+    pub fn merge(
+        s: &Setup,
+        level: usize,
+        inputs: Vec<Arc<Table>>,
+        next: &super::version::Level,
+        bottom: bool,
+    ) -> Result<Job> {
+        let mut sources: Vec<EntryIter> = Vec::with_capacity(inputs.len());
+        for t in &inputs {
+            sources.push(Box::new(t.run()?.iter(
+                Bound::Unbounded,
+                Bound::Unbounded,
+                false,
+                Purpose::Merge,
+            )));
+        }
+        let entries: u64 = inputs.iter().map(|t| t.meta().entries).sum();
+        let total: u64 = inputs
+            .iter()
+            .map(|t| t.meta().user_bytes + ENTRY_UNITS * t.meta().entries)
+            .sum();
+        let source: EntryIter = Box::new(MergeIter::new(sources, false));
+        Job::new(
+            s,
+            Kind::Merge { level },
+            level + 1,
+            inputs,
+            source,
+            next,
+            entries,
+            total,
+            bottom,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        s: &Setup,
+        kind: Kind,
+        target: usize,
+        inputs: Vec<Arc<Table>>,
+        source: EntryIter,
+        target_level: &super::version::Level,
+        entries: u64,
+        total: u64,
+        bottom: bool,
+    ) -> Result<Job> {
+        if let Some(d) = &target_level.damage {
+            // Adding a run needs the level's old entries; a rebuild from its runs is not built.
+            return Err(Error::corruption(
+                "boa routing filter",
+                target_level.filter_at.map(|(e, _)| e.start),
+                format!("level {} cannot take a run: {d}", target + 1),
+            ));
+        }
+        let run = u8::try_from(target_level.runs.len())
+            .map_err(|_| Error::corruption("boa", None, "a level of over 255 runs"))?;
+        let shape = Shape::for_runs(entries, s.run_bits, s.check_bits);
+        let filter = FilterBuilder::new(target_level.filter.as_ref(), shape, run, entries)?;
+        let purpose = match kind {
+            Kind::Flush(_) => Purpose::Flush,
+            Kind::Merge { .. } => Purpose::Merge,
+        };
+        let opts = RunOptions {
+            bloom_bits_per_key: 0,
+            purpose,
+            extent_pages: s.extent_pages,
+        };
+        Ok(Job {
+            kind,
+            target,
+            inputs,
+            source: Compactor::new(source, s.snapshots.clone(), bottom, s.merge_op.clone()),
+            builder: Some(RunBuilder::new(s.store.clone(), opts)),
+            filter: Some(filter),
+            group: Vec::new(),
+            seed: s.seed,
+            total,
+            done: 0,
+        })
+    }
+
+    /// What the job's writes count as.
+    pub fn purpose(&self) -> Purpose {
+        match self.kind {
+            Kind::Flush(_) => Purpose::Flush,
+            Kind::Merge { .. } => Purpose::Merge,
+        }
+    }
+
+    /// Moves about `budget` units of entries to the output; `true` once the input is spent.
+    pub fn step(&mut self, budget: u64) -> Result<bool> {
+        let mut did = 0u64;
+        while did < budget.max(1) {
+            let Some(r) = self.source.next_group(&mut self.group) else {
+                self.done += did;
+                return Ok(true);
+            };
+            r?;
+            let Some(first) = self.group.first() else {
+                continue;
+            };
+            let Some((hi, key)) = split_run_key(&first.key) else {
+                return Err(Error::corruption(
+                    "boa run",
+                    None,
+                    "a key without fingerprint",
+                ));
+            };
+            let fp = Fingerprint::of(self.seed, key);
+            if fp.hi != hi {
+                return Err(Error::corruption(
+                    "boa run",
+                    None,
+                    format!(
+                        "key of {} bytes stored under another fingerprint",
+                        key.len()
+                    ),
+                ));
+            }
+            let (Some(builder), Some(filter)) = (self.builder.as_mut(), self.filter.as_mut())
+            else {
+                return Err(Error::InvalidOption("boa: a finished job stepped".into()));
+            };
+            let shape = filter.shape();
+            filter.add(
+                fp.prefix(shape.prefix_bits),
+                fp.check(self.target, shape.check_bits),
+            )?;
+            for e in &self.group {
+                builder.add(e)?;
+                did += units(e);
+            }
+        }
+        self.done += did;
+        Ok(false)
+    }
+
+    /// The finished output: the run builder (with no entries: every input compacted away) and
+    /// the filter builder.
+    pub fn take_output(&mut self) -> Option<(RunBuilder, FilterBuilder)> {
+        Some((self.builder.take()?, self.filter.take()?))
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(b) = self.builder.take() {
+            b.abandon();
+        }
+    }
+}

@@ -1,0 +1,428 @@
+//! The properties of spec §4.2 for the BOA: lookups equal a model across every merge cascade
+//! and a reopen; every stored key routed by its level's filter to its run; the refined filter
+//! decodes from every restart point; false-positive rates per level near k/λ and k/λ²
+//! (correction 8); write cost about one write per level (correction 9); tombstones kept until
+//! the merge output is the oldest data (correction 1).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::filter::{FilterBuilder, Routed, RoutingFilter, Shape, Sketch};
+use super::*;
+use crate::merge::resolve;
+use crate::storage::FaultFs;
+use crate::testutil::{fault_ctx, reopen_fault_ctx, seed};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn params(lambda: u32) -> BoaParams {
+    BoaParams {
+        lambda,
+        check_bits: 4,
+        extent_pages: 8,
+    }
+}
+
+fn get(boa: &Boa, key: &[u8], seq: u64) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    boa.get(key, seq, &mut out).unwrap();
+    resolve(key, &out, seq, None).unwrap().map(|v| v.to_vec())
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:05}").into_bytes()
+}
+
+/// Works off the debt in small steps, as paced writers and background threads do.
+fn drain(boa: &Boa, step: u64) {
+    while boa.debt() > 0 {
+        assert!(boa.work(step).unwrap() > 0);
+    }
+}
+
+fn verify(boa: &Boa, model: &Model, seq: u64, keys: u32) {
+    for i in 0..keys {
+        let k = key(i);
+        assert_eq!(
+            get(boa, &k, seq),
+            model.get(&k).cloned(),
+            "get {:?} at {seq}",
+            String::from_utf8_lossy(&k)
+        );
+    }
+}
+
+#[test]
+fn random_memtables_against_model_across_cascades_then_reopen() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let fs = FaultFs::new();
+    let ctx = fault_ctx(&fs, 64 << 10);
+    let boa = Boa::open(ctx.clone(), params(4), &[], 0).unwrap();
+    let keys = 3000u32;
+    let mut model = Model::new();
+    let mut seq = 0u64;
+    let mut snapshot: Option<(u64, Model)> = None;
+    for round in 0..200 {
+        let mem = Arc::new(Memtable::new(0));
+        for _ in 0..rng.gen_range(20..80) {
+            seq += 1;
+            let k = key(rng.gen_range(0..keys));
+            if rng.gen_ratio(1, 5) {
+                mem.insert(&k, seq, Kind::Delete, b"");
+                model.remove(&k);
+            } else {
+                let len = rng.gen_range(5..120);
+                let v: Vec<u8> = (0..len).map(|_| rng.gen_range(b'a'..=b'z')).collect();
+                mem.insert(&k, seq, Kind::Put, &v);
+                model.insert(k, v);
+            }
+        }
+        assert_eq!(boa.debt(), 0);
+        boa.absorb(mem).unwrap();
+        assert!(boa.debt() > 0);
+        drain(&boa, rng.gen_range(64..4096));
+        assert_eq!(boa.durable_seq(), seq);
+        if round == 70 {
+            ctx.snapshots.acquire(seq);
+            snapshot = Some((seq, model.clone()));
+        }
+        if round % 40 == 39 {
+            verify(&boa, &model, seq, keys);
+            boa.check().unwrap();
+        }
+    }
+    let stats = boa.stats();
+    println!("{stats:#?}");
+    assert!(stats.height >= 3, "height {}", stats.height);
+    assert!(stats.counters["merges"] > 0 && stats.counters["flushes"] == 200);
+    let entries = boa.check().unwrap();
+    assert_eq!(stats.entries, entries);
+    if let Some((sseq, smodel)) = &snapshot {
+        verify(&boa, smodel, *sseq, keys);
+    }
+    let meta = {
+        let (_, state) = reopen_fault_ctx(&fs, 64 << 10);
+        state.index_meta
+    };
+    drop(boa);
+    let (ctx2, state) = reopen_fault_ctx(&fs, 64 << 10);
+    let boa = Boa::open(ctx2, params(4), &state.index_meta, state.durable_seq).unwrap();
+    assert_eq!(state.index_meta, meta);
+    assert_eq!(boa.check().unwrap(), entries);
+    verify(&boa, &model, seq, keys);
+}
+
+#[test]
+fn range_scans_are_unsupported() {
+    let fs = FaultFs::new();
+    let boa = Boa::open(fault_ctx(&fs, 64 << 10), params(16), &[], 0).unwrap();
+    for reverse in [false, true] {
+        match boa.iter(Bound::Unbounded, Bound::Unbounded, reverse) {
+            Err(Error::Unsupported { what }) => assert!(what.contains("boa"), "{what}"),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("a point-only kind iterated"),
+        }
+    }
+}
+
+/// λ = 4: three runs a level. A tombstone merged into a level with an older run in it stays
+/// (correction 1: the output is not the oldest data); merged into the bottom, it and the value
+/// it hides go.
+#[test]
+fn tombstones_stay_until_the_merge_output_is_the_oldest_data() {
+    let fs = FaultFs::new();
+    let boa = Boa::open(fault_ctx(&fs, 64 << 10), params(4), &[], 0).unwrap();
+    let mut seq = 0;
+    let mut flush = |k: &[u8], kind: Kind| {
+        seq += 1;
+        let mem = Arc::new(Memtable::new(0));
+        mem.insert(k, seq, kind, b"v");
+        boa.absorb(mem).unwrap();
+        drain(&boa, 1 << 20);
+    };
+    for k in [&b"k"[..], b"a", b"b"] {
+        flush(k, Kind::Put);
+    }
+    assert_eq!(boa.version().run_counts(), vec![0, 1]);
+    flush(b"k", Kind::Delete);
+    for k in [b"c", b"d"] {
+        flush(k, Kind::Put);
+    }
+    // Level 1 merged into level 2 beside the older run that holds k's value: not the bottom.
+    assert_eq!(boa.version().run_counts(), vec![0, 2]);
+    assert_eq!(boa.check().unwrap(), 6, "k a b, then k's tombstone c d");
+    assert_eq!(get(&boa, b"k", 6), None);
+    assert_eq!(get(&boa, b"k", 1), Some(b"v".to_vec()), "k at seq 1");
+    for k in [b"e", b"f", b"g", b"h", b"i", b"j"] {
+        flush(k, Kind::Put);
+    }
+    // Level 2 filled and was merged into the empty level 3, the bottom.
+    assert_eq!(boa.version().run_counts(), vec![0, 1, 1]);
+    assert_eq!(get(&boa, b"k", 12), None);
+    assert_eq!(
+        boa.check().unwrap(),
+        10,
+        "a..j: the tombstone met k's value at the bottom"
+    );
+}
+
+/// §4.2 refined filter invariant: decoding from every restart point reproduces the sorted
+/// list; each pivot covers exactly its prefixes; a lookup returns every run holding the
+/// prefix and check character, newest first.
+#[test]
+fn refined_filter_decodes_from_every_restart_and_routes_exactly() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let shape = Shape::for_runs(2000, 3, 4);
+    let mut filter: Option<Arc<RoutingFilter>> = None;
+    let mut all: Vec<Sketch> = Vec::new();
+    for run in 0..7u8 {
+        let mut b = FilterBuilder::new(filter.as_ref(), shape, run, 2000).unwrap();
+        let mut new: Vec<(u64, u16)> = (0..2000)
+            .map(|_| {
+                let fp = Fingerprint {
+                    hi: rng.gen(),
+                    lo: rng.gen(),
+                };
+                (fp.prefix(shape.prefix_bits), fp.check(0, 4))
+            })
+            .collect();
+        // Repeated prefixes inside one run (spec pitfall 5).
+        for i in 0..50 {
+            new.push((new[i].0, rng.gen_range(0..16)));
+        }
+        new.sort_by_key(|e| e.0);
+        for &(p, c) in &new {
+            b.add(p, c).unwrap();
+        }
+        let mut last = None;
+        for &(p, c) in &new {
+            if last == Some((p, c)) {
+                continue;
+            }
+            last = Some((p, c));
+            all.push(Sketch {
+                prefix: p,
+                check: c,
+                run,
+            });
+        }
+        filter = Some(Arc::new(b.finish().unwrap()));
+    }
+    let f = filter.unwrap();
+    all.sort_by_key(|e| (e.prefix, std::cmp::Reverse(e.run)));
+    let got = f.all(7).unwrap();
+    assert_eq!(got.len(), all.len());
+    // The order within one (prefix, run) may differ: compare as sorted multisets per key.
+    let norm = |v: &[Sketch]| {
+        let mut v = v.to_vec();
+        v.sort_by_key(|e| (e.prefix, std::cmp::Reverse(e.run), e.check));
+        v
+    };
+    assert_eq!(norm(&got), norm(&all));
+    let shift = shape.prefix_bits - f.pivot_bits();
+    let mut from_restarts = Vec::new();
+    for p in 0..(1usize << f.pivot_bits()) {
+        let part = f.pivot_entries(p).unwrap();
+        assert!(
+            part.iter().all(|e| (e.prefix >> shift) as usize == p),
+            "pivot {p}"
+        );
+        from_restarts.extend(part);
+    }
+    assert_eq!(from_restarts, got);
+    let mut routed = Routed::default();
+    for e in &all {
+        f.route(e.prefix, e.check, &mut routed).unwrap();
+        assert!(
+            routed.runs.contains(&e.run),
+            "{e:?} not routed: {:?}",
+            routed.runs
+        );
+        assert!(routed.runs.windows(2).all(|w| w[0] > w[1]), "newest first");
+    }
+    // The persisted form reads back the same.
+    let back = RoutingFilter::decode_bytes(&f.encode()).unwrap();
+    assert_eq!(back.all(7).unwrap(), got);
+    let mut bytes = f.encode();
+    bytes[20] ^= 1;
+    assert!(RoutingFilter::decode_bytes(&bytes).is_err());
+}
+
+/// §4.2 false-positive statistics, as corrected (correction 8): at a level with k runs of S
+/// keys and prefixes of log₂(λS) bits, an absent key meets about k/λ prefix matches, and
+/// k/λ² after the check character.
+#[test]
+fn false_positives_per_level_near_k_over_lambda_and_k_over_lambda_squared() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let (lambda_bits, size) = (4u32, 4096u64);
+    let lambda = 1u64 << lambda_bits;
+    let shape = Shape::for_runs(size, lambda_bits, lambda_bits);
+    let k = 15u8;
+    let mut filter: Option<Arc<RoutingFilter>> = None;
+    for run in 0..k {
+        let mut b = FilterBuilder::new(filter.as_ref(), shape, run, size).unwrap();
+        let mut new: Vec<(u64, u16)> = (0..size)
+            .map(|_| {
+                let fp = Fingerprint {
+                    hi: rng.gen(),
+                    lo: rng.gen(),
+                };
+                (fp.prefix(shape.prefix_bits), fp.check(0, lambda_bits))
+            })
+            .collect();
+        new.sort_by_key(|e| e.0);
+        for &(p, c) in &new {
+            b.add(p, c).unwrap();
+        }
+        filter = Some(Arc::new(b.finish().unwrap()));
+    }
+    let f = filter.unwrap();
+    let probes = 200_000u64;
+    let (mut prefix, mut routed_runs) = (0u64, 0u64);
+    let mut routed = Routed::default();
+    for _ in 0..probes {
+        let fp = Fingerprint {
+            hi: rng.gen(),
+            lo: rng.gen(),
+        };
+        f.route(
+            fp.prefix(shape.prefix_bits),
+            fp.check(0, lambda_bits),
+            &mut routed,
+        )
+        .unwrap();
+        prefix += routed.prefix_matches;
+        routed_runs += routed.runs.len() as u64;
+    }
+    // λS is rounded up to a power of two: 2^16 prefixes for S = 4096, λ = 16, so exactly k/λ.
+    let want_prefix = f64::from(k) / lambda as f64;
+    let want_check = want_prefix / lambda as f64;
+    let got_prefix = prefix as f64 / probes as f64;
+    let got_check = routed_runs as f64 / probes as f64;
+    println!("prefix matches {got_prefix:.4} (k/λ {want_prefix:.4}), routed {got_check:.4} (k/λ² {want_check:.4})");
+    assert!(
+        (got_prefix / want_prefix - 1.0).abs() < 0.05,
+        "{got_prefix}"
+    );
+    assert!((got_check / want_check - 1.0).abs() < 0.1, "{got_check}");
+    // About 3 characters per entry plus pivots (correction 6): here 2 bytes and 4 bits of pivot.
+    let bits_per_entry = f.bytes() as f64 * 8.0 / f.entries() as f64;
+    println!("filter: {bits_per_entry:.1} bits per entry");
+    assert!(bits_per_entry < 24.0, "{bits_per_entry}");
+}
+
+/// Correction 9: each entry is written about once per level it reaches, so bytes written per
+/// user byte stay about the level count (plus page and filter overhead).
+#[test]
+fn write_cost_is_about_one_write_per_level() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let fs = FaultFs::new();
+    let ctx = fault_ctx(&fs, 64 << 10);
+    let boa = Boa::open(ctx.clone(), params(4), &[], 0).unwrap();
+    let mut seq = 0u64;
+    let mut user = 0u64;
+    for _ in 0..64 {
+        let mem = Arc::new(Memtable::new(0));
+        for _ in 0..200 {
+            seq += 1;
+            let k: [u8; 16] = rng.gen();
+            mem.insert(&k, seq, Kind::Put, &[7u8; 100]);
+            user += 116;
+        }
+        boa.absorb(mem).unwrap();
+        drain(&boa, 1 << 20);
+    }
+    let io = ctx.store.counters().snapshot();
+    let written = io.written(Purpose::Flush) + io.written(Purpose::Merge);
+    let levels = boa.stats().height as f64;
+    let wa = written as f64 / user as f64;
+    println!("levels {levels}, write amplification {wa:.2}");
+    assert!(levels >= 3.0);
+    assert!(wa >= 1.0 && wa <= 1.6 * levels, "{wa} for {levels} levels");
+}
+
+/// Point lookups of stored keys probe about one run each, and absent keys almost none.
+#[test]
+fn lookups_probe_about_one_run_and_absent_keys_almost_none() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let fs = FaultFs::new();
+    let boa = Boa::open(fault_ctx(&fs, 64 << 10), params(8), &[], 0).unwrap();
+    let mut seq = 0u64;
+    let mut stored = Vec::new();
+    for _ in 0..100 {
+        let mem = Arc::new(Memtable::new(0));
+        for _ in 0..200 {
+            seq += 1;
+            let k: [u8; 12] = rng.gen();
+            mem.insert(&k, seq, Kind::Put, b"value");
+            stored.push(k);
+        }
+        boa.absorb(mem).unwrap();
+        drain(&boa, 1 << 20);
+    }
+    let probes = |boa: &Boa| boa.stats().counters["runs_probed"];
+    for k in &stored {
+        assert_eq!(get(&boa, k, seq), Some(b"value".to_vec()));
+    }
+    let per_hit = probes(&boa) as f64 / stored.len() as f64;
+    let before = probes(&boa);
+    let absent = 20_000;
+    for _ in 0..absent {
+        let k: [u8; 13] = rng.gen();
+        assert_eq!(get(&boa, &k, seq), None);
+    }
+    let per_miss = (probes(&boa) - before) as f64 / absent as f64;
+    let levels = boa.stats().height;
+    println!("levels {levels}: {per_hit:.3} runs probed per hit, {per_miss:.4} per miss");
+    assert!(per_hit < 1.1, "{per_hit}");
+    // k/λ² per level with k ≤ 7, λ = 8: at most 0.11 a level.
+    assert!(per_miss < 0.12 * levels as f64, "{per_miss}");
+}
+
+/// A damaged filter page loses no data: the level opens without its filter, lookups probe all
+/// of its runs, `check` reports the damage, and a run that would join the level is refused.
+/// (Found by conformance `boa::corruption`, seed 1795795821069056097: a flip in a filter page
+/// refused the open.)
+#[test]
+fn a_damaged_filter_page_opens_without_the_filter() {
+    let fs = FaultFs::new();
+    let ctx = fault_ctx(&fs, 64 << 10);
+    let boa = Boa::open(ctx, params(4), &[], 0).unwrap();
+    let mut model = Model::new();
+    let mut seq = 0;
+    for _ in 0..2 {
+        let mem = Arc::new(Memtable::new(0));
+        for i in 0..300 {
+            seq += 1;
+            let k = key(i * 7 + seq as u32 % 3);
+            mem.insert(&k, seq, Kind::Put, &seq.to_le_bytes());
+            model.insert(k, seq.to_le_bytes().to_vec());
+        }
+        boa.absorb(mem).unwrap();
+        drain(&boa, 1 << 20);
+    }
+    let (ext, _) = boa.version().levels[0].filter_at.unwrap();
+    drop(boa);
+    assert!(fs.flip_byte(std::path::Path::new("/db/data"), ext.start * 4096 + 100));
+    let (ctx, state) = reopen_fault_ctx(&fs, 64 << 10);
+    let boa = Boa::open(ctx, params(4), &state.index_meta, state.durable_seq).unwrap();
+    assert!(boa.version().levels[0].damage.is_some());
+    verify(&boa, &model, seq, 2200);
+    match boa.check() {
+        Err(Error::Corruption { page, .. }) => assert_eq!(page, Some(ext.start)),
+        other => panic!("check: {other:?}"),
+    }
+    let mem = Arc::new(Memtable::new(0));
+    mem.insert(b"new", seq + 1, Kind::Put, b"v");
+    boa.absorb(mem).unwrap();
+    assert!(matches!(boa.work(1 << 20), Err(Error::Corruption { .. })));
+}
