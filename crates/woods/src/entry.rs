@@ -193,20 +193,6 @@ pub mod codec {
             }
         }
         fn varint_long(&mut self) -> Result<u64> {
-            // Two and three bytes (sequence numbers up to 2^21) without the loop: a lookup's
-            // binary searches decode one per item they compare (callgrind: 10% of an `lsm`
-            // lookup's instructions went to the loop).
-            if let Some(&[b0, b1, b2]) = self.buf.get(self.pos..self.pos + 3) {
-                let low = u64::from(b0 & 0x7f);
-                if b1 < 0x80 {
-                    self.pos += 2;
-                    return Ok(low | u64::from(b1) << 7);
-                }
-                if b2 < 0x80 {
-                    self.pos += 3;
-                    return Ok(low | u64::from(b1 & 0x7f) << 7 | u64::from(b2) << 14);
-                }
-            }
             let mut v = 0u64;
             let mut shift = 0;
             while let Some(&b) = self.buf.get(self.pos) {
