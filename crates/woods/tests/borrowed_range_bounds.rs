@@ -40,7 +40,8 @@ fn expect(lo: u32, hi: u32) -> Pairs {
 
 #[test]
 fn borrowed_and_owned_bounds_read_the_same_entries() {
-    for kind in common::kinds() {
+    // Point-only kinds (boa) refuse range scans; conformance checks their typed error.
+    for kind in common::kinds().into_iter().filter(|k| k.ordered()) {
         let name = kind.name();
         let dir = tempfile::tempdir().expect("tempdir");
         let db = filled(&kind, dir.path());
