@@ -79,7 +79,14 @@ fn every_engine_in_a_child() {
 fn ycsb_scans_and_deletes_in_children() {
     let tmp = tempfile::tempdir().unwrap();
     let phase = |workload, ops| Phase { workload, ops };
-    for engine in known_engines() {
+    // Point-only woods kinds (boa) refuse scans; every other engine scans.
+    let ordered = |engine: &str| {
+        engine
+            .strip_prefix("woods:")
+            .and_then(|k| woods::IndexKind::from_name(k).ok())
+            .is_none_or(|k| k.ordered())
+    };
+    for engine in known_engines().into_iter().filter(|e| ordered(e)) {
         let phases = vec![
             phase(Workload::YcsbLoad, 0),
             phase(Workload::YcsbA, 400),
