@@ -393,7 +393,7 @@ impl Node {
     /// does not pay for this (it parses pages on every visit, cache hits included): each item
     /// it reads checks its own two offsets ([`Node::item`]); `check` calls this for every page.
     pub fn validate_offsets(&self) -> Result<()> {
-        let mut prev = HEADER_LEN + 2 * (self.count + 1);
+        let mut prev = self.array_end();
         for i in 0..=self.count {
             let off = self.offset(i);
             if off < prev || off > PAGE_BODY {
@@ -412,6 +412,11 @@ impl Node {
         &self.buf[self.off..self.off + PAGE_SIZE]
     }
 
+    /// Where the offset array ends and the items begin.
+    fn array_end(&self) -> usize {
+        HEADER_LEN + 2 * (self.count + 1)
+    }
+
     /// Offset `i` of the array (`i <= count`, which `parse_at` keeps inside the body).
     fn offset(&self, i: usize) -> usize {
         let p = self.off + HEADER_LEN + 2 * i;
@@ -425,7 +430,7 @@ impl Node {
             return Err(corrupt(self.page, format!("entry {i} of {}", self.count)));
         }
         let (start, end) = (self.offset(i), self.offset(i + 1));
-        if start < HEADER_LEN + 2 * (self.count + 1) || start > end || end > PAGE_BODY {
+        if start < self.array_end() || start > end || end > PAGE_BODY {
             return Err(corrupt(
                 self.page,
                 format!("entry {i} at offsets {start}..{end} lies out of the page"),
