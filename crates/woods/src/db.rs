@@ -51,6 +51,10 @@ struct Counters {
     stall_ns: AtomicU64,
     stall_max_ns: AtomicU64,
     memtable_switches: AtomicU64,
+    /// The most units of index work one write did itself (pacing and rotation together).
+    write_work_max: AtomicU64,
+    /// The largest debt a pacing schedule started from.
+    schedule_debt_max: AtomicU64,
 }
 
 /// What [`Db::stats`] reports: counters and the database's shape at one moment.
@@ -87,6 +91,14 @@ pub struct Stats {
     pub stall_total: Duration,
     /// The longest stall of one write since open.
     pub stall_max: Duration,
+    /// The most index work one write did itself since open, in the index's units (for
+    /// `nbtree`, bytes of entries read or written): its pacing share and, for the write that
+    /// rotated the memtable, what was left of the job (docs/engine.md, *The writer's bound*).
+    pub write_work_max: u64,
+    /// The largest debt a pacing schedule started from since open (for `nbtree` and
+    /// `fdtree-d`, a job's work bound when its memtable was absorbed): with `memtable_bytes`
+    /// it gives the largest share a write may be asked to do (docs/engine.md).
+    pub schedule_debt_max: u64,
     /// Memtables frozen and handed to the index since open.
     pub memtable_switches: u64,
     /// Memtables in memory now: the active one and those frozen but not yet durable in the
@@ -238,6 +250,55 @@ struct Inner {
 pub struct Db {
     inner: Arc<Inner>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A test hook ([`Options::background_gate`]): while it is closed, every background thread
+/// stops before its next step of index work and waits until it opens (or the database
+/// closes), so that a test can hold the threads back deterministically, never with a sleep,
+/// and see what the writers do alone.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct BackgroundGate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl BackgroundGate {
+    /// A gate that holds the threads back until [`BackgroundGate::open`].
+    pub fn closed() -> Arc<BackgroundGate> {
+        Arc::new(BackgroundGate::default())
+    }
+
+    /// Lets the threads step again.
+    pub fn open(&self) {
+        *self.open.lock() = true;
+        self.cv.notify_all();
+    }
+
+    /// Holds the threads back again from their next step.
+    pub fn close(&self) {
+        *self.open.lock() = false;
+    }
+
+    /// Waits until the gate is open (true) or `stop` is set (false). Whoever sets `stop` calls
+    /// `wake` after it.
+    fn pass(&self, stop: &AtomicBool) -> bool {
+        let mut open = self.open.lock();
+        loop {
+            if *open {
+                return true;
+            }
+            if stop.load(Ordering::Acquire) {
+                return false;
+            }
+            self.cv.wait(&mut open);
+        }
+    }
+
+    fn wake(&self) {
+        let _g = self.open.lock();
+        self.cv.notify_all();
+    }
 }
 
 /// The longest a writer behind the pacing schedule waits for background work per write.
@@ -971,6 +1032,9 @@ impl Db {
     fn stop_workers(&self) {
         self.inner.shutdown.store(true, Ordering::Release);
         self.inner.work_cv.notify_all();
+        if let Some(g) = &self.inner.opts.background_gate {
+            g.wake();
+        }
         for h in self.workers.lock().drain(..) {
             let _ = h.join();
         }
@@ -1067,12 +1131,13 @@ impl Inner {
         // Under the writer lock: room, sequence numbers, the log record (so the log holds batches
         // in sequence order) and the memtable's room. The memtable inserts come after it, many
         // writers at once, and each batch becomes visible in sequence order (`publish`).
+        let mut worked = 0;
         let (mem, first, last, pos) = {
             let mut w = self.writer.lock();
             self.check_failed()?;
             if self.mems.read().active.bytes() + room_needed > self.opts.memtable_bytes {
                 drop(w);
-                self.make_room(room_needed)?;
+                worked = self.make_room(room_needed)?;
                 w = self.writer.lock();
                 self.check_failed()?;
             }
@@ -1102,7 +1167,11 @@ impl Inner {
                 self.note(wal.sync_to(p))?;
             }
         }
-        self.pace(batch.size_bytes() as u64)
+        worked += self.pace(batch.size_bytes() as u64)?;
+        self.counters
+            .write_work_max
+            .fetch_max(worked, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Makes the batch `first..=last`, inserted into its memtable, visible to readers once every
@@ -1209,14 +1278,14 @@ impl Inner {
     /// §3.7): a writer works only while the debt is behind its schedule, so while background
     /// threads keep up no writer waits at all, and what a writer does is never more than its
     /// proportional share.
-    fn pace(&self, used: u64) -> Result<()> {
+    fn pace(&self, used: u64) -> Result<u64> {
         if !self.paced {
-            return Ok(());
+            return Ok(0);
         }
         let debt = self.index.debt();
         if debt == 0 {
             self.pace_owed.store(0, Ordering::Relaxed);
-            return Ok(());
+            return Ok(0);
         }
         self.work_cv.notify_one();
         let active = self.mems.read().active.bytes();
@@ -1230,7 +1299,7 @@ impl Inner {
         if behind == 0 {
             // Background work is ahead of the schedule: nothing is owed.
             self.pace_owed.store(0, Ordering::Relaxed);
-            return Ok(());
+            return Ok(0);
         }
         let take = owed.min(behind);
         let step = self.step_bytes();
@@ -1243,14 +1312,14 @@ impl Inner {
         // enforced more strictly than that.)
         let far = threads && room <= self.schedule_margin();
         if !far && take < step && take < debt {
-            return Ok(());
+            return Ok(0);
         }
         let take = self.pace_owed.swap(0, Ordering::Relaxed).min(behind);
         if take == 0 && !far {
-            return Ok(());
+            return Ok(0);
         }
         let t = Instant::now();
-        if threads {
+        let done = if threads {
             // Back-pressure: background threads run the work at full speed, and a writer
             // behind the schedule waits for their next step, at most `PACE_WAIT`, rather than
             // doing the work itself (a step is mostly I/O and may take milliseconds). Writers
@@ -1269,14 +1338,15 @@ impl Inner {
                 // threads then only yield to it once they wake it.)
                 self.pace_due.store(u64::MAX, Ordering::Relaxed);
             }
+            0
         } else {
-            self.do_work(take)?;
-        }
+            self.do_work(take)?
+        };
         let ns = elapsed_ns(t);
         self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
         self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
         self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
-        Ok(())
+        Ok(done)
     }
 
     /// The debt the schedule allows with `room` bytes of the active memtable left: a straight
@@ -1288,13 +1358,20 @@ impl Inner {
         let mut d0 = self.sched_debt.load(Ordering::Relaxed);
         let mut r0 = self.sched_room.load(Ordering::Relaxed);
         if debt > d0 || room > r0 {
-            self.sched_debt.store(debt, Ordering::Relaxed);
-            self.sched_room.store(room, Ordering::Relaxed);
+            self.start_schedule(debt, room);
             (d0, r0) = (debt, room);
         }
         let left = room.saturating_sub(margin) as u128;
         let span = r0.saturating_sub(margin).max(1) as u128;
         (d0 as u128 * left.min(span) / span) as u64
+    }
+
+    fn start_schedule(&self, debt: u64, room: u64) {
+        self.sched_debt.store(debt, Ordering::Relaxed);
+        self.sched_room.store(room, Ordering::Relaxed);
+        self.counters
+            .schedule_debt_max
+            .fetch_max(debt, Ordering::Relaxed);
     }
 
     /// The memtable room left where the pacing schedule reaches zero debt: a sixteenth of the
@@ -1319,13 +1396,18 @@ impl Inner {
     }
 
     /// Makes room for `needed` more bytes in the active memtable: returns as soon as it has
-    /// them (another writer may have swapped it meanwhile), else waits, working inline in
-    /// bounded steps, until the index can take the active memtable, and swaps it.
+    /// them (another writer may have swapped it meanwhile), else works inline in bounded steps
+    /// until the index can take the active memtable, and swaps it. Pacing leaves less than a
+    /// step of debt at the memtable's end (plus the schedule's share of the room the last
+    /// write did not find), so a writer does that much here, whatever the background threads
+    /// do; more only where an index's `debt` was below the work it had left (counted as a
+    /// stall, as every wait here is). Returns the units of work done here.
     /// `u64::MAX`: swap whatever the active memtable holds (a flush: no writer waits, so no
     /// stall is recorded).
-    fn make_room(&self, needed: u64) -> Result<()> {
+    fn make_room(&self, needed: u64) -> Result<u64> {
         let t = Instant::now();
         let mut waited = false;
+        let mut done = 0u64;
         let writing = needed != u64::MAX;
         loop {
             let mut w = self.writer.lock();
@@ -1336,7 +1418,7 @@ impl Inner {
                 if waited {
                     self.record_stall(t);
                 }
-                return Ok(());
+                return Ok(done);
             }
             if self.index.debt() == 0 {
                 self.rotate_memtable(&mut w)?;
@@ -1344,11 +1426,11 @@ impl Inner {
                 if waited {
                     self.record_stall(t);
                 }
-                return Ok(());
+                return Ok(done);
             }
             drop(w);
             waited = writing;
-            self.do_work(self.step_bytes())?;
+            done = done.saturating_add(self.do_work(self.step_bytes())?);
         }
     }
 
@@ -1380,9 +1462,7 @@ impl Inner {
         let r = self.index.absorb(old);
         self.note(r)?;
         // A new pacing schedule: the absorbed memtable's work, over the new memtable's room.
-        self.sched_debt.store(self.index.debt(), Ordering::Relaxed);
-        self.sched_room
-            .store(self.opts.memtable_bytes, Ordering::Relaxed);
+        self.start_schedule(self.index.debt(), self.opts.memtable_bytes);
         self.work_cv.notify_all();
         Ok(())
     }
@@ -1497,6 +1577,11 @@ impl Inner {
                 continue;
             }
             idle_since = None;
+            if let Some(g) = &self.opts.background_gate {
+                if !g.pass(&self.shutdown) {
+                    return;
+                }
+            }
             // Errors turn the database read-only inside do_work.
             let _ = self.do_work(self.step_bytes());
             let mut woken = 0;
@@ -1545,6 +1630,8 @@ impl Inner {
             stalls: c.stalls.load(Ordering::Relaxed),
             stall_total: Duration::from_nanos(c.stall_ns.load(Ordering::Relaxed)),
             stall_max: Duration::from_nanos(c.stall_max_ns.load(Ordering::Relaxed)),
+            write_work_max: c.write_work_max.load(Ordering::Relaxed),
+            schedule_debt_max: c.schedule_debt_max.load(Ordering::Relaxed),
             memtable_switches: c.memtable_switches.load(Ordering::Relaxed),
             memtables: 1 + m.frozen.len(),
             memtable_bytes: m.active.bytes() + m.frozen.iter().map(|f| f.bytes()).sum::<u64>(),
