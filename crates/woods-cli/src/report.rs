@@ -120,6 +120,11 @@ pub fn print_stats(kind: &IndexKind, s: &Stats) -> io::Result<()> {
         dur(s.stall_total),
         dur(s.stall_max)
     )?;
+    writeln!(
+        o,
+        "  write's own work  max {} units (largest schedule debt {})",
+        s.write_work_max, s.schedule_debt_max
+    )?;
 
     writeln!(o, "device I/O (since open)")?;
     writeln!(

@@ -51,6 +51,10 @@ struct Counters {
     stall_ns: AtomicU64,
     stall_max_ns: AtomicU64,
     memtable_switches: AtomicU64,
+    /// The most units of index work one write did itself (pacing and rotation together).
+    write_work_max: AtomicU64,
+    /// The largest debt a pacing schedule started from.
+    schedule_debt_max: AtomicU64,
 }
 
 /// What [`Db::stats`] reports: counters and the database's shape at one moment.
@@ -87,6 +91,14 @@ pub struct Stats {
     pub stall_total: Duration,
     /// The longest stall of one write since open.
     pub stall_max: Duration,
+    /// The most index work one write did itself since open, in the index's units (for
+    /// `nbtree`, bytes of entries read or written): its pacing share and, for the write that
+    /// rotated the memtable, what was left of the job (docs/engine.md, *The writer's bound*).
+    pub write_work_max: u64,
+    /// The largest debt a pacing schedule started from since open (for `nbtree` and
+    /// `fdtree-d`, a job's work bound when its memtable was absorbed): with `memtable_bytes`
+    /// it gives the largest share a write may be asked to do (docs/engine.md).
+    pub schedule_debt_max: u64,
     /// Memtables frozen and handed to the index since open.
     pub memtable_switches: u64,
     /// Memtables in memory now: the active one and those frozen but not yet durable in the
@@ -205,6 +217,12 @@ struct Inner {
     /// the memtable (`Inner::on_schedule`).
     sched_debt: AtomicU64,
     sched_room: AtomicU64,
+    /// Steps of index work the background threads have finished since open.
+    bg_steps: AtomicU64,
+    /// `bg_steps` when a writer's pacing wait last ended without a single background step
+    /// (`u64::MAX`: never): until the threads finish another step, writers behind the schedule
+    /// do their share without waiting for them first.
+    fruitless_at: AtomicU64,
     /// Whether writers pace by debt (every kind but `lsm`, which keeps LevelDB's stall rules).
     paced: bool,
     io: Arc<IoCounters>,
@@ -240,8 +258,77 @@ pub struct Db {
     workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
+/// A test hook ([`Options::background_gate`]): while it is closed, every background thread
+/// stops before its next step of index work and waits until it opens (or the database
+/// closes), so that a test can hold the threads back deterministically, never with a sleep,
+/// and see what the writers do alone.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct BackgroundGate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl BackgroundGate {
+    /// A gate that holds the threads back until [`BackgroundGate::open`].
+    pub fn closed() -> Arc<BackgroundGate> {
+        Arc::new(BackgroundGate::default())
+    }
+
+    /// Lets the threads step again.
+    pub fn open(&self) {
+        *self.open.lock() = true;
+        self.cv.notify_all();
+    }
+
+    /// Holds the threads back again from their next step.
+    pub fn close(&self) {
+        *self.open.lock() = false;
+    }
+
+    /// Waits until the gate is open (true) or `stop` is set (false). Whoever sets `stop` calls
+    /// `wake` after it.
+    fn pass(&self, stop: &AtomicBool) -> bool {
+        let mut open = self.open.lock();
+        loop {
+            if *open {
+                return true;
+            }
+            if stop.load(Ordering::Acquire) {
+                return false;
+            }
+            self.cv.wait(&mut open);
+        }
+    }
+
+    fn wake(&self) {
+        let _g = self.open.lock();
+        self.cv.notify_all();
+    }
+}
+
 /// The longest a writer behind the pacing schedule waits for background work per write.
 const PACE_WAIT: Duration = Duration::from_millis(1);
+
+/// Where the pacing schedule stands ([`Inner::on_schedule`]).
+#[derive(Clone, Copy, Debug)]
+struct Schedule {
+    /// The debt the schedule allows now.
+    allowed: u64,
+    /// The debt when the schedule started.
+    debt: u64,
+    /// The room over which it falls to zero.
+    span: u64,
+}
+
+impl Schedule {
+    /// What the schedule falls by over `used` bytes of room: the credit a write of `used`
+    /// bytes owes.
+    fn credit(&self, used: u64) -> u64 {
+        ((self.debt as u128 * used as u128).div_ceil(self.span as u128)).min(u64::MAX as u128)
+            as u64
+    }
+}
 
 /// How often a background thread wakes the writers that pacing holds back, while work is left
 /// (and at once when none is). Waking them after every step (1/256 of a memtable) cost more than
@@ -620,6 +707,8 @@ impl Db {
             pace_owed: AtomicU64::new(0),
             sched_debt: AtomicU64::new(0),
             sched_room: AtomicU64::new(0),
+            bg_steps: AtomicU64::new(0),
+            fruitless_at: AtomicU64::new(u64::MAX),
             paced,
             io,
             _lock: lock,
@@ -971,6 +1060,9 @@ impl Db {
     fn stop_workers(&self) {
         self.inner.shutdown.store(true, Ordering::Release);
         self.inner.work_cv.notify_all();
+        if let Some(g) = &self.inner.opts.background_gate {
+            g.wake();
+        }
         for h in self.workers.lock().drain(..) {
             let _ = h.join();
         }
@@ -1067,12 +1159,13 @@ impl Inner {
         // Under the writer lock: room, sequence numbers, the log record (so the log holds batches
         // in sequence order) and the memtable's room. The memtable inserts come after it, many
         // writers at once, and each batch becomes visible in sequence order (`publish`).
+        let mut worked = 0;
         let (mem, first, last, pos) = {
             let mut w = self.writer.lock();
             self.check_failed()?;
             if self.mems.read().active.bytes() + room_needed > self.opts.memtable_bytes {
                 drop(w);
-                self.make_room(room_needed)?;
+                worked = self.make_room(room_needed)?;
                 w = self.writer.lock();
                 self.check_failed()?;
             }
@@ -1102,7 +1195,11 @@ impl Inner {
                 self.note(wal.sync_to(p))?;
             }
         }
-        self.pace(batch.size_bytes() as u64)
+        worked += self.pace(batch.size_bytes() as u64)?;
+        self.counters
+            .write_work_max
+            .fetch_max(worked, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Makes the batch `first..=last`, inserted into its memtable, visible to readers once every
@@ -1206,95 +1303,143 @@ impl Inner {
     /// Debt pacing: a writer works off debt in proportion to the memtable room it used, so the
     /// index is ready for the next memtable when the active one fills, and no writer ever waits
     /// for a whole reorganisation. The spec's "background worker with back-pressure" (NB-tree
-    /// §3.7): a writer works only while the debt is behind its schedule, so while background
-    /// threads keep up no writer waits at all, and what a writer does is never more than its
-    /// proportional share.
-    fn pace(&self, used: u64) -> Result<()> {
+    /// §3.7): a writer owes only while the debt is behind its schedule, so while background
+    /// threads keep up no writer waits at all; what the threads leave undone the writers do,
+    /// each its share and never more. Returns the units of index work this writer did itself.
+    ///
+    /// The share: a write of `used` bytes adds to the owed credit the schedule's slope times
+    /// `used` (the schedule's start debt over the room from its start to the margin), or
+    /// `debt × used ÷ room` where that is more (in the memtable's last sixteenth). The credit is
+    /// paid once it is worth a step (or the whole of what is behind), and only up to how far the
+    /// debt is behind the schedule. Since how far it is behind grows by at most the slope times
+    /// the room used, it never exceeds what is owed, and a writer that pays leaves the debt on
+    /// the schedule: the debt at the memtable's end is under a step. A writer pays at most
+    /// `slope × used + 2 × step` (docs/engine.md, *The writer's bound*).
+    fn pace(&self, used: u64) -> Result<u64> {
         if !self.paced {
-            return Ok(());
+            return Ok(0);
         }
-        let debt = self.index.debt();
+        let mut debt = self.index.debt();
         if debt == 0 {
             self.pace_owed.store(0, Ordering::Relaxed);
-            return Ok(());
+            return Ok(0);
         }
         self.work_cv.notify_one();
-        let active = self.mems.read().active.bytes();
-        let room = self.opts.memtable_bytes.saturating_sub(active).max(1);
-        let credit =
-            ((debt as u128 * used as u128).div_ceil(room as u128)).min(u64::MAX as u128) as u64;
+        let room = self.room();
+        let sched = self.on_schedule(debt, room);
+        let credit = sched.credit(used).max(
+            ((debt as u128 * used as u128).div_ceil(room as u128)).min(u64::MAX as u128) as u64,
+        );
         // Credit accumulates until it is worth one step, so that structures whose steps have a
         // fixed cost (a B-tree path rewrite) are not driven one entry at a time.
         let owed = self.pace_owed.fetch_add(credit, Ordering::Relaxed) + credit;
-        let behind = debt.saturating_sub(self.on_schedule(debt, room));
+        let mut behind = debt.saturating_sub(sched.allowed);
         if behind == 0 {
             // Background work is ahead of the schedule: nothing is owed.
             self.pace_owed.store(0, Ordering::Relaxed);
-            return Ok(());
+            return Ok(0);
         }
-        let take = owed.min(behind);
         let step = self.step_bytes();
         let threads = self.opts.background_threads > 0;
         // In the memtable's last sixteenth with debt left, writers wait on every write, each
-        // wait at most `PACE_WAIT`: what is left of the debt is worked off before the memtable
-        // fills, not by one writer stalled at the rotation. (Elsewhere a writer waits once per
-        // step of credit and may fall behind when a step takes longer than `PACE_WAIT`; the
-        // schedule follows the debt's upper bound, about 2.7 times the work done, so it is not
-        // enforced more strictly than that.)
+        // wait at most `PACE_WAIT`: what is left of the debt is worked off by the threads before
+        // the memtable fills rather than by one writer at the rotation.
         let far = threads && room <= self.schedule_margin();
-        if !far && take < step && take < debt {
-            return Ok(());
-        }
-        let take = self.pace_owed.swap(0, Ordering::Relaxed).min(behind);
-        if take == 0 && !far {
-            return Ok(());
+        // (What is behind never exceeds what is owed: it is what is behind that must be worth
+        // a step, or be the whole debt.)
+        if !far && owed.min(behind) < step.min(debt) {
+            return Ok(0);
         }
         let t = Instant::now();
-        if threads {
+        let mut waited = false;
+        let steps = self.bg_steps.load(Ordering::Acquire);
+        if threads && steps != self.fruitless_at.load(Ordering::Relaxed) {
             // Back-pressure: background threads run the work at full speed, and a writer
-            // behind the schedule waits for their next step, at most `PACE_WAIT`, rather than
-            // doing the work itself (a step is mostly I/O and may take milliseconds). Writers
-            // held back this way fall behind no further than background work does; whatever is
-            // still owed when the memtable fills is done at the rotation, as without threads.
-            self.pacing_writers.fetch_add(1, Ordering::Relaxed);
-            let due = elapsed_ns(self.epoch).saturating_add(PACE_WAIT.as_nanos() as u64);
-            self.pace_due.fetch_min(due, Ordering::Relaxed);
-            {
-                let mut g = self.progress_lock.lock();
-                self.work_cv.notify_all();
-                self.progress_cv.wait_for(&mut g, PACE_WAIT);
+            // behind the schedule first waits for their next step, at most `PACE_WAIT`, rather
+            // than doing the work itself (a step is mostly I/O and may take milliseconds).
+            self.wait_for_progress();
+            waited = true;
+            if self.bg_steps.load(Ordering::Acquire) == steps {
+                // Not one step in a whole wait (the threads are held up, or in a long step):
+                // the writers after this one do their share without waiting first.
+                self.fruitless_at.store(steps, Ordering::Relaxed);
             }
-            if self.pacing_writers.fetch_sub(1, Ordering::Relaxed) == 1 {
-                // (A writer starting a wait just now may lose its due time here; background
-                // threads then only yield to it once they wake it.)
-                self.pace_due.store(u64::MAX, Ordering::Relaxed);
+            debt = self.index.debt();
+            behind = debt.saturating_sub(self.on_schedule(debt, self.room()).allowed);
+            if behind == 0 {
+                self.pace_owed.store(0, Ordering::Relaxed);
             }
-        } else {
-            self.do_work(take)?;
         }
-        let ns = elapsed_ns(t);
-        self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
-        self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
-        self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
-        Ok(())
+        // What the threads did not do, the writer does: what it owes, up to how far behind.
+        let mut done = 0;
+        let owed = self.pace_owed.load(Ordering::Relaxed);
+        if behind > 0 && owed.min(behind) >= step.min(debt) {
+            let take = self.pace_owed.swap(0, Ordering::Relaxed).min(behind);
+            if take > 0 {
+                done = self.do_work(take)?;
+            }
+        }
+        if waited || done > 0 {
+            let ns = elapsed_ns(t);
+            self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
+            self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
+            self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
+        }
+        Ok(done)
     }
 
-    /// The debt the schedule allows with `room` bytes of the active memtable left: a straight
-    /// line from the debt when the schedule started to zero when the room left is a sixteenth
-    /// of the memtable (slack for the last writes, which may not all fit). A debt above the
-    /// schedule's start (new work, or the first write after open) starts a new schedule.
-    fn on_schedule(&self, debt: u64, room: u64) -> u64 {
+    /// Waits, at most `PACE_WAIT`, for the background threads' next wake-up of the writers.
+    fn wait_for_progress(&self) {
+        self.pacing_writers.fetch_add(1, Ordering::Relaxed);
+        let due = elapsed_ns(self.epoch).saturating_add(PACE_WAIT.as_nanos() as u64);
+        self.pace_due.fetch_min(due, Ordering::Relaxed);
+        {
+            let mut g = self.progress_lock.lock();
+            self.work_cv.notify_all();
+            self.progress_cv.wait_for(&mut g, PACE_WAIT);
+        }
+        if self.pacing_writers.fetch_sub(1, Ordering::Relaxed) == 1 {
+            // (A writer starting a wait just now may lose its due time here; background
+            // threads then only yield to it once they wake it.)
+            self.pace_due.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
+    /// The active memtable's room left (at least 1).
+    fn room(&self) -> u64 {
+        let active = self.mems.read().active.bytes();
+        self.opts.memtable_bytes.saturating_sub(active).max(1)
+    }
+
+    /// The pacing schedule at `room` bytes of the active memtable left: a straight line from
+    /// the debt when the schedule started to zero when the room left is a sixteenth of the
+    /// memtable (slack for the last writes, which may not all fit). A debt above the schedule's
+    /// start (new work, or the first write after open) starts a new schedule.
+    fn on_schedule(&self, debt: u64, room: u64) -> Schedule {
         let margin = self.schedule_margin();
         let mut d0 = self.sched_debt.load(Ordering::Relaxed);
         let mut r0 = self.sched_room.load(Ordering::Relaxed);
         if debt > d0 || room > r0 {
-            self.sched_debt.store(debt, Ordering::Relaxed);
-            self.sched_room.store(room, Ordering::Relaxed);
+            self.start_schedule(debt, room);
             (d0, r0) = (debt, room);
         }
         let left = room.saturating_sub(margin) as u128;
-        let span = r0.saturating_sub(margin).max(1) as u128;
-        (d0 as u128 * left.min(span) / span) as u64
+        // A schedule started inside the margin (debt that arrived late) spreads over the
+        // margin instead, as the room-proportional credit does.
+        let span = r0.saturating_sub(margin).max(margin).max(1);
+        Schedule {
+            allowed: (d0 as u128 * left.min(span as u128) / span as u128) as u64,
+            debt: d0,
+            span,
+        }
+    }
+
+    fn start_schedule(&self, debt: u64, room: u64) {
+        self.sched_debt.store(debt, Ordering::Relaxed);
+        self.sched_room.store(room, Ordering::Relaxed);
+        self.counters
+            .schedule_debt_max
+            .fetch_max(debt, Ordering::Relaxed);
     }
 
     /// The memtable room left where the pacing schedule reaches zero debt: a sixteenth of the
@@ -1319,13 +1464,18 @@ impl Inner {
     }
 
     /// Makes room for `needed` more bytes in the active memtable: returns as soon as it has
-    /// them (another writer may have swapped it meanwhile), else waits, working inline in
-    /// bounded steps, until the index can take the active memtable, and swaps it.
+    /// them (another writer may have swapped it meanwhile), else works inline in bounded steps
+    /// until the index can take the active memtable, and swaps it. Pacing leaves less than a
+    /// step of debt at the memtable's end (plus the schedule's share of the room the last
+    /// write did not find), so a writer does that much here, whatever the background threads
+    /// do; more only where an index's `debt` was below the work it had left (counted as a
+    /// stall, as every wait here is). Returns the units of work done here.
     /// `u64::MAX`: swap whatever the active memtable holds (a flush: no writer waits, so no
     /// stall is recorded).
-    fn make_room(&self, needed: u64) -> Result<()> {
+    fn make_room(&self, needed: u64) -> Result<u64> {
         let t = Instant::now();
         let mut waited = false;
+        let mut done = 0u64;
         let writing = needed != u64::MAX;
         loop {
             let mut w = self.writer.lock();
@@ -1336,7 +1486,7 @@ impl Inner {
                 if waited {
                     self.record_stall(t);
                 }
-                return Ok(());
+                return Ok(done);
             }
             if self.index.debt() == 0 {
                 self.rotate_memtable(&mut w)?;
@@ -1344,11 +1494,11 @@ impl Inner {
                 if waited {
                     self.record_stall(t);
                 }
-                return Ok(());
+                return Ok(done);
             }
             drop(w);
             waited = writing;
-            self.do_work(self.step_bytes())?;
+            done = done.saturating_add(self.do_work(self.step_bytes())?);
         }
     }
 
@@ -1380,9 +1530,7 @@ impl Inner {
         let r = self.index.absorb(old);
         self.note(r)?;
         // A new pacing schedule: the absorbed memtable's work, over the new memtable's room.
-        self.sched_debt.store(self.index.debt(), Ordering::Relaxed);
-        self.sched_room
-            .store(self.opts.memtable_bytes, Ordering::Relaxed);
+        self.start_schedule(self.index.debt(), self.opts.memtable_bytes);
         self.work_cv.notify_all();
         Ok(())
     }
@@ -1497,8 +1645,14 @@ impl Inner {
                 continue;
             }
             idle_since = None;
+            if let Some(g) = &self.opts.background_gate {
+                if !g.pass(&self.shutdown) {
+                    return;
+                }
+            }
             // Errors turn the database read-only inside do_work.
             let _ = self.do_work(self.step_bytes());
+            self.bg_steps.fetch_add(1, Ordering::Release);
             let mut woken = 0;
             if self.index.debt() == 0 || woke.elapsed() >= WAKE_EVERY {
                 woke = Instant::now();
@@ -1545,6 +1699,8 @@ impl Inner {
             stalls: c.stalls.load(Ordering::Relaxed),
             stall_total: Duration::from_nanos(c.stall_ns.load(Ordering::Relaxed)),
             stall_max: Duration::from_nanos(c.stall_max_ns.load(Ordering::Relaxed)),
+            write_work_max: c.write_work_max.load(Ordering::Relaxed),
+            schedule_debt_max: c.schedule_debt_max.load(Ordering::Relaxed),
             memtable_switches: c.memtable_switches.load(Ordering::Relaxed),
             memtables: 1 + m.frozen.len(),
             memtable_bytes: m.active.bytes() + m.frozen.iter().map(|f| f.bytes()).sum::<u64>(),

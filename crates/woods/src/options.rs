@@ -863,6 +863,10 @@ pub struct Options {
     pub wal: bool,
     /// The file system (default: the real one). Tests pass a [`crate::storage::FaultFs`].
     pub fs: Option<Arc<dyn Fs>>,
+    /// A test hook (default none): while the gate is closed the background threads do no
+    /// index work, so that a test sees what pacing makes the writers do alone.
+    #[doc(hidden)]
+    pub background_gate: Option<Arc<crate::db::BackgroundGate>>,
 }
 
 impl Default for Options {
@@ -878,6 +882,7 @@ impl Default for Options {
             merge_operator: None,
             wal: true,
             fs: None,
+            background_gate: None,
         }
     }
 }
