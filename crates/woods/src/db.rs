@@ -1118,7 +1118,10 @@ impl Inner {
             }
             done = m.get(key, seq, &mut versions);
         }
-        if !done {
+        if !done && versions.is_empty() {
+            // The usual case: nothing in memory, so the index's versions are all there is.
+            self.index.get(key, seq, &mut versions)?;
+        } else if !done {
             let mut more = Vec::new();
             self.index.get(key, seq, &mut more)?;
             // The index may already hold a frozen memtable's entries. Its copy wins: a

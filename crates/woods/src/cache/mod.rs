@@ -1,6 +1,10 @@
 //! The buffer pool: a CLOCK cache of verified pages, bounded by `cache_bytes`, sharded so that
 //! concurrent readers rarely meet on one lock. A page handed out is an `Arc`; holding it pins the
-//! bytes (eviction only drops the cache's reference).
+//! bytes (eviction only drops the cache's reference). A hit takes its shard's lock once and
+//! copies nothing; its counters live in the shard, so that readers share no counter either.
+//! A miss reads into the buffer of the page the shard evicted last, when no reader still held
+//! it ([`Cache::probe`]): a lookup that misses allocates nothing, and the pages alive in a shard
+//! are its frames and at most one such spare.
 //!
 //! Memory an index keeps outside the cache because it must (the filters of open runs) is
 //! charged to it with [`Cache::reserve`]: the pages the cache holds shrink by as much, so that
@@ -89,6 +93,21 @@ struct Shard {
     /// Frames this shard may hold when nothing is reserved.
     capacity: usize,
     hand: usize,
+    /// The buffer of a page evicted while nobody else held it, kept for the next miss to read
+    /// into ([`Cache::probe`]).
+    spare: Option<PageRef>,
+    hits: u64,
+    misses: u64,
+    evictions: u64,
+}
+
+/// What [`Cache::probe`] found.
+pub enum Probe {
+    /// The page, cached.
+    Hit(PageRef),
+    /// Not cached: a whole-page buffer nobody else holds, to read the page into and insert,
+    /// when the shard had one spare.
+    Miss(Option<PageRef>),
 }
 
 /// Cache counters.
@@ -118,9 +137,6 @@ pub struct CacheStats {
 #[doc(hidden)]
 pub struct Cache {
     shards: Vec<Mutex<Shard>>,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    evictions: AtomicU64,
     capacity: usize,
     /// Bytes charged by [`Cache::reserve`]; each shard holds fewer frames by its share.
     reserved: AtomicU64,
@@ -145,14 +161,15 @@ impl Cache {
                     frames: Vec::with_capacity(per),
                     capacity: per,
                     hand: 0,
+                    spare: None,
+                    hits: 0,
+                    misses: 0,
+                    evictions: 0,
                 })
             })
             .collect();
         Cache {
             shards,
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
             capacity: per * SHARDS,
             reserved: AtomicU64::new(0),
             rows: RowCache::new(row_bytes),
@@ -194,16 +211,30 @@ impl Cache {
         &self.shards[h as usize % SHARDS]
     }
 
+    /// The cached page, if any (a hit or a miss in the counters).
     pub fn get(&self, page: u64) -> Option<PageRef> {
+        match self.lookup(page, false) {
+            Probe::Hit(p) => Some(p),
+            Probe::Miss(_) => None,
+        }
+    }
+
+    /// The cached page, or on a miss the shard's spare buffer (see [`Probe::Miss`]) for the
+    /// caller to read the page into and [`insert`](Cache::insert): one lock for both.
+    pub fn probe(&self, page: u64) -> Probe {
+        self.lookup(page, true)
+    }
+
+    fn lookup(&self, page: u64, take_spare: bool) -> Probe {
         let mut s = self.shard(page).lock();
         if let Some(&i) = s.map.get(&page) {
+            s.hits += 1;
             let f = &mut s.frames[i];
             f.referenced = true;
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return Some(f.data.clone());
+            return Probe::Hit(f.data.clone());
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
-        None
+        s.misses += 1;
+        Probe::Miss(if take_spare { s.spare.take() } else { None })
     }
 
     /// Inserts (or replaces) a page.
@@ -230,7 +261,7 @@ impl Cache {
             if s.hand >= s.frames.len() {
                 s.hand = 0;
             }
-            self.evictions.fetch_add(1, Ordering::Relaxed);
+            s.evictions += 1;
         }
         if limit == 0 {
             // Everything is reserved: the page is not kept.
@@ -249,13 +280,38 @@ impl Cache {
         let h = Self::clock_victim(&mut s);
         let old = s.frames[h].page;
         s.map.remove(&old);
-        s.frames[h] = Frame {
-            page,
-            data,
-            referenced: true,
-        };
+        let mut gone = std::mem::replace(
+            &mut s.frames[h],
+            Frame {
+                page,
+                data,
+                referenced: true,
+            },
+        );
         s.map.insert(page, h);
-        self.evictions.fetch_add(1, Ordering::Relaxed);
+        s.evictions += 1;
+        // Only a whole page that no reader holds can be read into again.
+        if s.spare.is_none()
+            && gone.data.len() == PAGE_SIZE
+            && Arc::get_mut(&mut gone.data).is_some()
+        {
+            s.spare = Some(gone.data);
+        } else {
+            // Freed after the lock is let go.
+            drop(s);
+        }
+    }
+
+    /// Bytes of page buffers the cache holds now: its frames' and the shards' spares.
+    pub fn held_bytes(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock();
+                let frames: usize = s.frames.iter().map(|f| f.data.len()).sum();
+                (frames + s.spare.as_ref().map_or(0, |b| b.len())) as u64
+            })
+            .sum()
     }
 
     /// CLOCK over a shard's frames (the shard has frames).
@@ -275,13 +331,21 @@ impl Cache {
         }
     }
 
+    /// The counters, summed over the shards.
     pub fn stats(&self) -> CacheStats {
+        let (mut hits, mut misses, mut evictions) = (0, 0, 0);
+        for s in &self.shards {
+            let s = s.lock();
+            hits += s.hits;
+            misses += s.misses;
+            evictions += s.evictions;
+        }
         CacheStats {
             capacity_pages: self.capacity as u64,
             reserved_bytes: self.reserved.load(Ordering::Relaxed),
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
+            hits,
+            misses,
+            evictions,
             row_capacity_bytes: self.rows.capacity(),
             row_bytes: self.rows.bytes(),
             row_hits: self.rows.hits(),
@@ -307,6 +371,82 @@ mod tests {
         assert!(c.get(5000).is_some());
         c.invalidate(5000);
         assert!(c.get(5000).is_none());
+    }
+
+    /// Readers and writers at once, as the background threads and lookups use it: the page
+    /// buffers the cache holds (frames and spares) never exceed its capacity by more than one
+    /// page per shard, a spare is read into only by the miss that took it, and every hit
+    /// returns the bytes inserted for its page.
+    #[test]
+    fn concurrent_misses_stay_within_the_budget_plus_a_spare_per_shard() {
+        let page = PAGE_SIZE as u64;
+        let c = Cache::new(64 * page);
+        let bound = 64 * page + SHARDS as u64 * page;
+        let threads = 4u64;
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let c = &c;
+                scope.spawn(move || {
+                    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ t;
+                    for n in 0..20_000u64 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let p = x % 1_000;
+                        match c.probe(p) {
+                            Probe::Hit(d) => {
+                                assert_eq!(&d[..8], &p.to_le_bytes(), "page {p}: another's bytes");
+                            }
+                            Probe::Miss(spare) => {
+                                let mut d = spare.unwrap_or_else(|| {
+                                    Arc::new(AlignedBuf::for_overwrite(PAGE_SIZE))
+                                });
+                                let buf = Arc::get_mut(&mut d).expect("a spare is nobody else's");
+                                buf.fill(0);
+                                buf[..8].copy_from_slice(&p.to_le_bytes());
+                                c.insert(p, d);
+                            }
+                        }
+                        if n % 64 == 0 {
+                            c.invalidate(x % 1_000);
+                        }
+                        if n % 1000 == 0 {
+                            let held = c.held_bytes();
+                            assert!(held <= bound, "{held} bytes held, at most {bound}");
+                        }
+                    }
+                });
+            }
+        });
+        let held = c.held_bytes();
+        assert!(held <= bound, "{held} bytes held, at most {bound}");
+        let s = c.stats();
+        assert_eq!(s.hits + s.misses, threads * 20_000);
+        assert!(s.evictions > 0 && s.hits > 0);
+    }
+
+    /// A miss after an eviction reads into the evicted page's buffer, unless a reader still
+    /// holds that page.
+    #[test]
+    fn a_miss_takes_the_buffer_an_eviction_left_unless_a_reader_holds_it() {
+        let c = Cache::new((SHARDS * PAGE_SIZE) as u64); // one frame per shard
+        let same_shard: Vec<u64> = (0..10_000u64)
+            .filter(|&p| std::ptr::eq(c.shard(p), c.shard(0)))
+            .take(3)
+            .collect();
+        let (a, b, d) = (same_shard[0], same_shard[1], same_shard[2]);
+        let buf = Arc::new(AlignedBuf::zeroed(PAGE_SIZE));
+        let addr = buf.as_ptr();
+        c.insert(a, buf);
+        c.insert(b, Arc::new(AlignedBuf::zeroed(PAGE_SIZE))); // evicts a
+        match c.probe(d) {
+            Probe::Miss(Some(spare)) => assert_eq!(spare.as_ptr(), addr),
+            _ => panic!("the evicted page's buffer was not handed out"),
+        }
+        let held = c.get(b).expect("b is cached");
+        c.insert(d, Arc::new(AlignedBuf::zeroed(PAGE_SIZE))); // evicts b, which a reader holds
+        assert!(matches!(c.probe(a), Probe::Miss(None)));
+        drop(held);
     }
 
     /// Reserved bytes shrink what the cache holds, down to nothing, and come back when

@@ -4,7 +4,7 @@
 
 use crate::cache::PageRef;
 use crate::entry::codec::{self, Reader};
-use crate::entry::{cmp_entries, Kind};
+use crate::entry::Kind;
 use crate::error::{Error, Result};
 use crate::storage::{PAGE_BODY, PAGE_SIZE};
 use std::cmp::Ordering;
@@ -331,6 +331,74 @@ fn decode_data<'b>(r: &mut Reader<'b>, page: u64, i: usize) -> Result<DataItem<'
     })
 }
 
+/// Moves `r` past a varint without decoding it: the first byte without the continuation bit
+/// is found in one eight-byte word (bytes 9 and 10 of the longest varints looked at after it).
+/// A varint of more than ten bytes is corruption, as [`Reader::varint`] finds it.
+#[inline]
+fn skip_varint(r: &mut Reader<'_>) -> Result<()> {
+    let rest = r.buf.get(r.pos..).unwrap_or_default();
+    let len = match rest.get(..8) {
+        Some(w) => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            let stops = !u64::from_le_bytes(a) & 0x8080_8080_8080_8080;
+            if stops != 0 {
+                Some(stops.trailing_zeros() as usize / 8 + 1)
+            } else {
+                rest[8..]
+                    .iter()
+                    .take(2)
+                    .position(|&b| b < 0x80)
+                    .map(|p| 9 + p)
+            }
+        }
+        None => rest.iter().position(|&b| b < 0x80).map(|p| p + 1),
+    };
+    match len {
+        Some(n) => {
+            r.pos += n;
+            Ok(())
+        }
+        // Decoding reports the truncation or overlength with the reader's own error.
+        None => r.varint().map(|_| ()),
+    }
+}
+
+/// The key of item `i` of a slotted page (`i` below its count), by the common shape only: both
+/// offsets inside the body and after the offset array (which ends at `array_end`), a seq varint
+/// of at most ten bytes after `skip` bytes (a data item's kind), a key of fewer than 128 bytes
+/// (one length byte). `None` for anything else; [`Node::cmp_item`] then decodes the item in full
+/// and reports what is wrong, if anything is. The key is found without decoding the seq: the
+/// varint's last byte is the first without the continuation bit in an eight-byte word.
+#[inline]
+fn probe_key(page: &[u8], array_end: usize, i: usize, skip: usize) -> Option<&[u8]> {
+    let p = HEADER_LEN + 2 * i;
+    let w = page.get(p..p + 4)?;
+    let start = usize::from(u16::from_le_bytes([w[0], w[1]]));
+    let end = usize::from(u16::from_le_bytes([w[2], w[3]]));
+    if start < array_end || start > end || end > PAGE_BODY {
+        return None;
+    }
+    let item = page.get(start + skip..end)?;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(item.get(..8)?);
+    let stops = !u64::from_le_bytes(word) & 0x8080_8080_8080_8080;
+    let n = if stops != 0 {
+        stops.trailing_zeros() as usize / 8 + 1
+    } else if *item.get(8)? < 0x80 {
+        9
+    } else if *item.get(9)? < 0x80 {
+        10
+    } else {
+        return None;
+    };
+    let len = *item.get(n)?;
+    if len >= 0x80 {
+        return None;
+    }
+    item.get(n + 1..n + 1 + usize::from(len))
+}
+
 /// A parsed slotted page (data or index), shared through the cache.
 #[derive(Clone)]
 pub struct Node {
@@ -426,17 +494,50 @@ impl Node {
     /// The bytes of item `i` (`i < count`): between its offset and the next, past the offset
     /// array and inside the body, or a corruption error.
     fn item(&self, i: usize) -> Result<&[u8]> {
+        if i < self.count {
+            let (start, end) = (self.offset(i), self.offset(i + 1));
+            if start >= self.array_end() && start <= end && end <= PAGE_BODY {
+                return Ok(&self.bytes()[start..end]);
+            }
+        }
+        Err(self.bad_item(i))
+    }
+
+    /// What is wrong with item `i`, which [`Node::item`] refused.
+    #[cold]
+    #[inline(never)]
+    fn bad_item(&self, i: usize) -> Error {
         if i >= self.count {
-            return Err(corrupt(self.page, format!("entry {i} of {}", self.count)));
+            return corrupt(self.page, format!("entry {i} of {}", self.count));
         }
         let (start, end) = (self.offset(i), self.offset(i + 1));
-        if start < self.array_end() || start > end || end > PAGE_BODY {
-            return Err(corrupt(
-                self.page,
-                format!("entry {i} at offsets {start}..{end} lies out of the page"),
-            ));
-        }
-        Ok(&self.bytes()[start..end])
+        corrupt(
+            self.page,
+            format!("entry {i} at offsets {start}..{end} lies out of the page"),
+        )
+    }
+
+    /// How item `i` (data or index) orders against `(key, seq)` in entry order: its key is
+    /// compared first and its seq decoded only when the keys are equal. The binary searches
+    /// call this: an index page's shortened separators carry seq `u64::MAX`, a ten-byte varint
+    /// that decoding on every probe made the largest share of a lookup's instructions.
+    fn cmp_item(&self, i: usize, key: &[u8], seq: u64) -> Result<Ordering> {
+        let mut r = Reader::new(self.item(i)?, "run page");
+        let inner = |r: &mut Reader<'_>| -> Result<Ordering> {
+            if self.level == 0 {
+                r.u8()?;
+            }
+            let seq_at = r.pos;
+            skip_varint(r)?;
+            match r.bytes()?.cmp(key) {
+                Ordering::Equal => {
+                    r.pos = seq_at;
+                    Ok(seq.cmp(&r.varint()?))
+                }
+                o => Ok(o),
+            }
+        };
+        inner(&mut r).map_err(|e| at_page(e, self.page))
     }
 
     /// The key and seq of item `i` (data or index).
@@ -484,33 +585,44 @@ impl Node {
         inner(&mut r).map_err(|e| at_page(e, page))
     }
 
-    /// The child page of index item `i`.
+    /// The child page of index item `i`, decoded without copying its separator (a lookup
+    /// calls this once per index page it passes). The fields after the child are not read
+    /// here; [`Node::index`] (which `check` calls on every item) validates them.
     pub fn child(&self, i: usize) -> Result<u64> {
-        Ok(self.index(i)?.child)
+        let mut r = Reader::new(self.item(i)?, "run index page");
+        let inner = |r: &mut Reader<'_>| -> Result<u64> {
+            skip_varint(r)?;
+            r.bytes()?;
+            r.u64()
+        };
+        inner(&mut r).map_err(|e| at_page(e, self.page))
     }
 
     /// Number of items whose (key, seq) orders before `(key, seq)`: the lower bound.
     pub fn lower_bound(&self, key: &[u8], seq: u64) -> Result<usize> {
-        let (mut lo, mut hi) = (0, self.count);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let (k, s) = self.key_seq(mid)?;
-            if cmp_entries(k, s, key, seq) == Ordering::Less {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        Ok(lo)
+        self.search(key, seq, |o| o == Ordering::Less)
     }
 
     /// Number of items whose (key, seq) orders at or before `(key, seq)`.
     pub fn upper_bound(&self, key: &[u8], seq: u64) -> Result<usize> {
+        self.search(key, seq, |o| o != Ordering::Greater)
+    }
+
+    /// The binary search of both bounds: the number of leading items for which `before` holds
+    /// of their order against `(key, seq)`. Each probe takes [`probe_key`]'s fast path and
+    /// falls back to [`Node::cmp_item`] (equal keys, long keys, or anything malformed, which it
+    /// reports).
+    fn search(&self, key: &[u8], seq: u64, before: impl Fn(Ordering) -> bool) -> Result<usize> {
+        let page = self.bytes();
+        let (array_end, kind_byte) = (self.array_end(), usize::from(self.level == 0));
         let (mut lo, mut hi) = (0, self.count);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            let (k, s) = self.key_seq(mid)?;
-            if cmp_entries(k, s, key, seq) != Ordering::Greater {
+            let o = match probe_key(page, array_end, mid, kind_byte).map(|k| k.cmp(key)) {
+                Some(o) if o != Ordering::Equal => o,
+                _ => self.cmp_item(mid, key, seq)?,
+            };
+            if before(o) {
                 lo = mid + 1;
             } else {
                 hi = mid;

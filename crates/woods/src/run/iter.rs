@@ -27,6 +27,12 @@ impl Cursor {
             .map(|(n, i)| (n, *i))
     }
 
+    /// Empties the path (dropping its pages), keeping its room for the next seek. User reads
+    /// leave the read-ahead state untouched, so a point lookup's cursor can be reused.
+    pub(crate) fn clear(&mut self) {
+        self.path.clear();
+    }
+
     /// The read-ahead window of forward moves (blob values are taken from it too).
     pub(crate) fn ahead(&self) -> &Readahead {
         &self.ahead

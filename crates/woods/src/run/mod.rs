@@ -285,6 +285,13 @@ impl Readahead {
     }
 }
 
+thread_local! {
+    /// The cursor of this thread's point lookups, reused so that a lookup allocates neither
+    /// its path nor its (unused) read-ahead state: about two allocations per run probed.
+    static LOOKUP_CURSOR: std::cell::RefCell<iter::Cursor> =
+        std::cell::RefCell::new(iter::Cursor::default());
+}
+
 /// An open run: read-only, `Send + Sync`, shared as `Arc<Run>`.
 pub struct Run {
     /// This process's name for the run, never reused (the row cache's key).
@@ -741,8 +748,30 @@ impl Run {
             }
         }
         let start = out.len();
+        LOOKUP_CURSOR.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut c) => {
+                let r = self.lookup(&mut c, key, max_seq, out);
+                // The cursor keeps its path's room, not the pages on it.
+                c.clear();
+                r
+            }
+            Err(_) => self.lookup(&mut iter::Cursor::default(), key, max_seq, out),
+        })?;
+        if rows.enabled() && max_seq >= self.meta.max_seq {
+            rows.insert(self.id, hash, key, &out[start..]);
+        }
+        Ok(())
+    }
+
+    /// The tree walk of [`Run::get_hashed`] with the cursor `c`.
+    fn lookup(
+        &self,
+        c: &mut iter::Cursor,
+        key: &[u8],
+        max_seq: u64,
+        out: &mut Vec<Entry>,
+    ) -> Result<()> {
         let p = Purpose::UserRead;
-        let mut c = iter::Cursor::default();
         c.seek(self, key, max_seq, p)?;
         c.normalize_forward(self, p)?;
         while let Some((node, i)) = c.leaf() {
@@ -761,9 +790,6 @@ impl Run {
                 break;
             }
             c.next(self, p)?;
-        }
-        if rows.enabled() && max_seq >= self.meta.max_seq {
-            rows.insert(self.id, hash, key, &out[start..]);
         }
         Ok(())
     }

@@ -27,12 +27,35 @@ fn take_page(zero: bool) -> NonNull<u8> {
         return unsafe { NonNull::new_unchecked(ptr) };
     }
     let layout = Layout::from_size_align(ALIGN * POOL_CHUNK, ALIGN).expect("page pool layout");
-    // SAFETY: layout has non-zero size.
-    let raw = unsafe { alloc_zeroed(layout) };
+    let raw = map_zeroed(layout.size());
     let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
     let mut pool = POOL.lock();
     pool.extend((1..POOL_CHUNK).map(|i| raw as usize + i * ALIGN));
     ptr
+}
+
+/// `len` bytes of zeroed memory, page-aligned, for the pool (which never gives it back): fresh
+/// anonymous pages, which the kernel zeroes. `alloc_zeroed` of a 4096-aligned layout zeroes
+/// them again in user space, a `memset` of the whole cache as it first fills (5% of the
+/// instructions of 5,000 cold lookups with a 4 MiB cache, callgrind). Null on failure.
+fn map_zeroed(len: usize) -> *mut u8 {
+    // SAFETY: an anonymous private mapping of `len` bytes at an address the kernel picks;
+    // nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
 }
 
 fn give_page(ptr: NonNull<u8>) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::io::{IoQueue, Pending};
 use super::stamp::{Stamp, Stamps};
 use super::{AlignedBuf, Allocator, Extent, File, IoCounters, Purpose};
-use crate::cache::{Cache, PageRef};
+use crate::cache::{Cache, PageRef, Probe};
 use crate::error::{Error, Latch, Result};
 
 /// Bytes per page.
@@ -121,10 +121,17 @@ impl PageFile {
 
     /// Reads one page through the cache, verifying its checksum.
     pub fn read(&self, page: u64, purpose: Purpose) -> Result<PageRef> {
-        if let Some(p) = self.cache.get(page) {
-            return Ok(p);
+        let mut p = match self.cache.probe(page) {
+            Probe::Hit(p) => return Ok(p),
+            Probe::Miss(spare) => {
+                spare.unwrap_or_else(|| Arc::new(AlignedBuf::for_overwrite(PAGE_SIZE)))
+            }
+        };
+        match Arc::get_mut(&mut p) {
+            Some(buf) => self.read_many_into(page, buf, purpose)?,
+            // Not reached: a spare is held by nobody else, and a new buffer is ours.
+            None => p = Arc::new(self.read_uncached(page, purpose)?),
         }
-        let p = Arc::new(self.read_uncached(page, purpose)?);
         self.cache.insert(page, p.clone());
         Ok(p)
     }
