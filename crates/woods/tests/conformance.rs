@@ -1222,6 +1222,7 @@ macro_rules! suite {
 
 suite!(
     btree: "btree",
+    btree_buffered: "btree-buffered",
     lsm: "lsm",
     nbtree: "nbtree",
     stbe: "stbe",
@@ -1362,6 +1363,33 @@ fn crash_test(kind: IndexKind) {
 #[test]
 fn crash_btree() {
     crash_test(kind("btree"))
+}
+
+#[test]
+fn crash_btree_buffered() {
+    crash_test(kind("btree-buffered"))
+}
+
+/// The model test of the buffered `btree` under each flush policy (`suite!` runs the whole
+/// suite on the default, adaptive).
+mod btree_buffered_policies {
+    use super::*;
+    #[test]
+    fn model_fullest_leaf() {
+        model_test(kind("btree-buffered:fullest-leaf"))
+    }
+    #[test]
+    fn model_random_ball() {
+        model_test(kind("btree-buffered:random-ball"))
+    }
+    #[test]
+    fn model_golden_gate() {
+        model_test(kind("btree-buffered:golden-gate"))
+    }
+    #[test]
+    fn model_adaptive() {
+        model_test(kind("btree-buffered"))
+    }
 }
 
 #[test]
