@@ -699,13 +699,12 @@ impl BTree {
             Some(b) => b,
             None => self.build_bins(v, policy)?,
         };
-        let last_drain = &mut bw.last_drain;
+        let mut last_drain: Vec<(Pos, u64)> = Vec::new();
         let buf = v.buffer.clone();
         let n = buf.entries.len();
         let mut flushed = vec![false; n];
         let need = buf.units.saturating_sub(capacity);
         let mut freed = 0u64;
-        last_drain.clear();
         let gg_before = bins.gg_choices;
         while freed < need {
             let Some(bin) = bins.choose(&buf.entries, &flushed) else {
@@ -728,15 +727,26 @@ impl BTree {
             bins.take(&bin);
             last_drain.push((bin, count));
         }
+        let leaves = bins.leaves() as u64;
+        let gg = bins.gg_choices - gg_before;
+        if freed == 0 && need > 0 {
+            // The bins found nothing to flush in a buffer over capacity: they disagree with it.
+            // The whole buffer goes into the tree (as into the empty tree's one leaf), so that
+            // no drain repeats without freeing anything, and the bins are rebuilt next time.
+            flushed.iter_mut().for_each(|f| *f = true);
+            freed = buf.units;
+            bw.bins = None;
+        } else {
+            bw.bins = Some(bins);
+        }
         let c = &self.counters;
-        c.gg_choices
-            .fetch_add(bins.gg_choices - gg_before, Ordering::Relaxed);
+        c.gg_choices.fetch_add(gg, Ordering::Relaxed);
         c.leaf_flushes
             .fetch_add(last_drain.len() as u64, Ordering::Relaxed);
         c.drains.fetch_add(1, Ordering::Relaxed);
         bw.last_m = n as u64;
-        bw.last_n = bins.leaves() as u64;
-        bw.bins = Some(bins);
+        bw.last_n = leaves;
+        bw.last_drain = last_drain;
         let planned: Vec<Entry> = buf
             .entries
             .iter()
