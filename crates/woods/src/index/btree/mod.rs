@@ -717,10 +717,10 @@ impl BTree {
             };
             let hi = bins.next_leaf(&bin).map_or(n, |p| buf.lower(&p));
             let mut count = 0;
-            for i in lo..hi {
-                if !flushed[i] {
-                    flushed[i] = true;
-                    freed += buffer::units(&buf.entries[i]);
+            for (f, e) in flushed[lo..hi].iter_mut().zip(&buf.entries[lo..hi]) {
+                if !*f {
+                    *f = true;
+                    freed += buffer::units(e);
                     count += 1;
                 }
             }
