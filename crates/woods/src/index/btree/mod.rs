@@ -495,7 +495,6 @@ impl BTree {
 
     /// Makes the finished job durable and visible.
     fn commit(&self, mut job: Job) -> Result<()> {
-        self.ctx.store.sync()?;
         let mut added: Vec<Extent> = job
             .fresh
             .iter()
@@ -510,6 +509,8 @@ impl BTree {
                 (Arc::new(buffer), Arc::new(bmeta))
             }
         };
+        // After the drain's rewrite of the buffer, if any: the commit names its run too.
+        self.ctx.store.sync()?;
         let meta = encode_meta(
             job.root,
             job.height,
