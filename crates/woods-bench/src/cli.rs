@@ -123,7 +123,9 @@ With no --records this is a smoke run over all woods index kinds (200,000 record
 reads, a budget of 1/8 of the data), about a minute: it shows the instrument works, it is not a \
 result.
 
-Engines: woods:btree, woods:lsm, woods:nbtree, woods:stbe, woods:lsa, woods:iam, woods:fdtree, woods:fdtree-d, woods:pbt (every woods index kind), and with the `peers` cargo feature \
+Engines: woods:btree, woods:btree-buffered, woods:lsm, woods:nbtree, woods:stbe, woods:lsa, \
+woods:iam, woods:fdtree, woods:fdtree-d, woods:pbt (every woods index kind; also \
+woods:btree-buffered:POLICY for fullest-leaf, random-ball and golden-gate), and with the `peers` cargo feature \
 rocksdb (Debian's librocksdb 7.8.3), leveldb (Debian's libleveldb 1.23, C API), lmdb (heed), \
 fjall and redb; docs/benchmarks.md lists every setting. Only woods and RocksDB do direct I/O: \
 the others read through the OS page cache (direct = no; cache-assisted where no memory cgroup \

@@ -70,8 +70,9 @@ pub use batch::WriteBatch;
 pub use db::{CheckReport, Db, DbIter, Snapshot, Stats};
 pub use entry::{Entry, Kind, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use error::{Error, Result};
+pub use index::btree::buffer_policy::FlushPolicy;
 pub use options::{
-    BTreeParams, BoaParams, Durability, FdTreeParams, IamParams, IndexKind, LsmParams,
-    MergeOperator, NbTreeParams, Options, PbtParams, StbeParams,
+    BTreeParams, BoaParams, Durability, FdTreeParams, IamParams, IndexKind, InsertBuffer,
+    LsmParams, MergeOperator, NbTreeParams, Options, PbtParams, StbeParams,
 };
 pub use repair::RepairReport;

@@ -25,11 +25,41 @@ pub struct BTreeParams {
     /// Fill target of a leaf built by a split, in percent of the page (default 90). In
     /// 50..=100 (`btree fill_percent N not in 50..=100`).
     pub fill_percent: u32,
+    /// An insertion buffer in front of the tree (seed 004 ch. 5; off by default). The kind's
+    /// name is `btree-buffered` when set (`btree-buffered:POLICY` for a policy other than the
+    /// default `adaptive`).
+    pub insert_buffer: Option<InsertBuffer>,
 }
 
 impl Default for BTreeParams {
     fn default() -> Self {
-        BTreeParams { fill_percent: 90 }
+        BTreeParams {
+            fill_percent: 90,
+            insert_buffer: None,
+        }
+    }
+}
+
+/// The `btree` kind's insertion buffer (`specs/hashing-aging-insert-buffers.md` §3.6):
+/// absorbed memtables wait in it, durable as small sorted runs, and a full buffer flushes the
+/// entries of one leaf at a time, chosen by `policy`, into the tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InsertBuffer {
+    /// Which leaf a full buffer flushes.
+    pub policy: crate::index::btree::buffer_policy::FlushPolicy,
+    /// Bytes of entries (key + value + the memtable's per-entry overhead) the buffer holds
+    /// before it flushes; its memory is charged to the page cache. 0 (the default): a quarter
+    /// of `cache_bytes` (InnoDB's change buffer default, `innodb_change_buffer_max_size` 25).
+    pub capacity_bytes: u64,
+}
+
+impl Default for InsertBuffer {
+    /// The adaptive policy, a quarter of the cache.
+    fn default() -> Self {
+        InsertBuffer {
+            policy: crate::index::btree::buffer_policy::FlushPolicy::Adaptive,
+            capacity_bytes: 0,
+        }
     }
 }
 
@@ -481,6 +511,26 @@ pub enum IndexKind {
     Boa(BoaParams),
 }
 
+/// The kind name of a buffered `btree` with `policy`: `btree-buffered` for the default
+/// (adaptive), `btree-buffered:POLICY` for the others.
+fn buffered_name(policy: crate::index::btree::buffer_policy::FlushPolicy) -> &'static str {
+    use crate::index::btree::buffer_policy::FlushPolicy;
+    match policy {
+        FlushPolicy::Adaptive => "btree-buffered",
+        FlushPolicy::FullestLeaf => "btree-buffered:fullest-leaf",
+        FlushPolicy::RandomBall => "btree-buffered:random-ball",
+        FlushPolicy::GoldenGate => "btree-buffered:golden-gate",
+    }
+}
+
+/// The flush policy a buffered `btree` kind name ([`buffered_name`]) names.
+fn buffered_policy(name: &str) -> Option<crate::index::btree::buffer_policy::FlushPolicy> {
+    use crate::index::btree::buffer_policy::FlushPolicy;
+    FlushPolicy::ALL
+        .into_iter()
+        .find(|p| buffered_name(*p) == name || format!("btree-buffered:{}", p.name()) == name)
+}
+
 impl IndexKind {
     /// Whether the kind keeps keys in order: `false` for a point-only kind (`boa`), on which
     /// range scans and iterators return [`Error::Unsupported`].
@@ -491,7 +541,10 @@ impl IndexKind {
     /// The short name used on the command line and in stats (`btree`, `lsm`).
     pub fn name(&self) -> &'static str {
         match self {
-            IndexKind::BTree(_) => "btree",
+            IndexKind::BTree(p) => match &p.insert_buffer {
+                None => "btree",
+                Some(b) => buffered_name(b.policy),
+            },
             IndexKind::Lsm(_) => "lsm",
             IndexKind::NbTree(_) => "nbtree",
             IndexKind::Stbe(_) => "stbe",
@@ -508,6 +561,13 @@ impl IndexKind {
     pub fn from_name(name: &str) -> Result<IndexKind> {
         match name {
             "btree" => Ok(IndexKind::BTree(BTreeParams::default())),
+            b if buffered_policy(b).is_some() => Ok(IndexKind::BTree(BTreeParams {
+                insert_buffer: buffered_policy(b).map(|policy| InsertBuffer {
+                    policy,
+                    ..InsertBuffer::default()
+                }),
+                ..BTreeParams::default()
+            })),
             "lsm" => Ok(IndexKind::Lsm(LsmParams::default())),
             "nbtree" => Ok(IndexKind::NbTree(NbTreeParams::default())),
             "stbe" => Ok(IndexKind::Stbe(StbeParams::default())),
@@ -521,8 +581,8 @@ impl IndexKind {
             "pbt" => Ok(IndexKind::Pbt(PbtParams::default())),
             "boa" => Ok(IndexKind::Boa(BoaParams::default())),
             other => Err(Error::InvalidOption(format!(
-                "unknown index kind {other:?} (known: btree, lsm, nbtree, stbe, lsa, iam, fdtree, \
-                 fdtree-d, pbt, boa)"
+                "unknown index kind {other:?} (known: btree, btree-buffered[:POLICY], lsm, nbtree, \
+                 stbe, lsa, iam, fdtree, fdtree-d, pbt, boa)"
             ))),
         }
     }
@@ -531,6 +591,10 @@ impl IndexKind {
     pub fn all() -> Vec<IndexKind> {
         vec![
             IndexKind::BTree(BTreeParams::default()),
+            IndexKind::BTree(BTreeParams {
+                insert_buffer: Some(InsertBuffer::default()),
+                ..BTreeParams::default()
+            }),
             IndexKind::Lsm(LsmParams::default()),
             IndexKind::NbTree(NbTreeParams::default()),
             IndexKind::Stbe(StbeParams::default()),
@@ -655,10 +719,18 @@ impl IndexKind {
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            IndexKind::BTree(p) => {
-                out.push(1);
-                codec::put_u32(out, p.fill_percent);
-            }
+            IndexKind::BTree(p) => match &p.insert_buffer {
+                None => {
+                    out.push(1);
+                    codec::put_u32(out, p.fill_percent);
+                }
+                Some(b) => {
+                    out.push(10);
+                    codec::put_u32(out, p.fill_percent);
+                    out.push(b.policy as u8);
+                    codec::put_u64(out, b.capacity_bytes);
+                }
+            },
             IndexKind::Lsm(p) => {
                 out.push(2);
                 codec::put_u64(out, p.table_bytes);
@@ -731,7 +803,25 @@ impl IndexKind {
         match r.u8()? {
             1 => Ok(IndexKind::BTree(BTreeParams {
                 fill_percent: r.u32()?,
+                insert_buffer: None,
             })),
+            10 => {
+                let fill_percent = r.u32()?;
+                let tag = r.u8()?;
+                let policy = crate::index::btree::buffer_policy::FlushPolicy::ALL
+                    .into_iter()
+                    .find(|p| *p as u8 == tag)
+                    .ok_or_else(|| {
+                        Error::corruption("options", None, format!("unknown flush policy {tag}"))
+                    })?;
+                Ok(IndexKind::BTree(BTreeParams {
+                    fill_percent,
+                    insert_buffer: Some(InsertBuffer {
+                        policy,
+                        capacity_bytes: r.u64()?,
+                    }),
+                }))
+            }
             2 => Ok(IndexKind::Lsm(LsmParams {
                 table_bytes: r.u64()?,
                 size_ratio: r.u64()?,

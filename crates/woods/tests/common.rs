@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use woods::{
-    BTreeParams, BoaParams, Db, FdTreeParams, IamParams, IndexKind, LsmParams, MergeOperator,
-    NbTreeParams, Options, PbtParams, StbeParams,
+    BTreeParams, BoaParams, Db, FdTreeParams, FlushPolicy, IamParams, IndexKind, InsertBuffer,
+    LsmParams, MergeOperator, NbTreeParams, Options, PbtParams, StbeParams,
 };
 
 /// Appends operands to the value: the suite's merge operator.
@@ -29,6 +29,9 @@ impl MergeOperator for Append {
 pub fn kinds() -> Vec<IndexKind> {
     vec![
         IndexKind::BTree(BTreeParams::default()),
+        // The adaptive policy; a buffer of a quarter of the suite's 256 KiB cache, one 64 KiB
+        // memtable: every absorb past the first makes a drain. `buffered_kinds` has the others.
+        buffered(FlushPolicy::Adaptive),
         IndexKind::Lsm(LsmParams {
             table_bytes: 16 << 10,
             level1_bytes: 64 << 10,
@@ -82,6 +85,23 @@ pub fn kinds() -> Vec<IndexKind> {
     ]
 }
 
+/// `btree` with an insertion buffer flushed by `policy`.
+pub fn buffered(policy: FlushPolicy) -> IndexKind {
+    IndexKind::BTree(BTreeParams {
+        insert_buffer: Some(InsertBuffer {
+            policy,
+            ..InsertBuffer::default()
+        }),
+        ..BTreeParams::default()
+    })
+}
+
+/// The buffered `btree` under every flush policy (`btree-buffered:POLICY`; the default,
+/// adaptive, is `btree-buffered` and in [`kinds`] too).
+pub fn buffered_kinds() -> Vec<IndexKind> {
+    FlushPolicy::ALL.into_iter().map(buffered).collect()
+}
+
 /// Everything `db` holds: a full scan on an ordered kind; on a point-only kind (which cannot
 /// iterate) a lookup of every key of `universe`, the keys the test may have written.
 pub fn contents(
@@ -124,6 +144,7 @@ pub fn assert_unsupported(it: woods::Result<woods::DbIter>, what: &str) {
 pub fn kind(name: &str) -> IndexKind {
     kinds()
         .into_iter()
+        .chain(buffered_kinds())
         .find(|k| k.name() == name)
         .unwrap_or_else(|| panic!("no kind {name}"))
 }

@@ -1172,7 +1172,7 @@ fn row_cache_test(kind: IndexKind) {
     let before = db.stats().cache;
     lookups(&db, &|i| Some(value(i, 0).into_bytes()));
     let after = db.stats().cache;
-    if name == "btree" || name.starts_with("fdtree") {
+    if name.starts_with("btree") || name.starts_with("fdtree") {
         assert_eq!(
             after.row_capacity_bytes, 0,
             "{name} has no use for a row cache"
@@ -1231,6 +1231,7 @@ macro_rules! suite {
 
 suite!(
     btree: "btree",
+    btree_buffered: "btree-buffered",
     lsm: "lsm",
     nbtree: "nbtree",
     stbe: "stbe",
@@ -1371,6 +1372,33 @@ fn crash_test(kind: IndexKind) {
 #[test]
 fn crash_btree() {
     crash_test(kind("btree"))
+}
+
+#[test]
+fn crash_btree_buffered() {
+    crash_test(kind("btree-buffered"))
+}
+
+/// The model test of the buffered `btree` under each flush policy (`suite!` runs the whole
+/// suite on the default, adaptive).
+mod btree_buffered_policies {
+    use super::*;
+    #[test]
+    fn model_fullest_leaf() {
+        model_test(kind("btree-buffered:fullest-leaf"))
+    }
+    #[test]
+    fn model_random_ball() {
+        model_test(kind("btree-buffered:random-ball"))
+    }
+    #[test]
+    fn model_golden_gate() {
+        model_test(kind("btree-buffered:golden-gate"))
+    }
+    #[test]
+    fn model_adaptive() {
+        model_test(kind("btree-buffered"))
+    }
 }
 
 #[test]

@@ -221,6 +221,11 @@ fn crash_points_btree() {
 }
 
 #[test]
+fn crash_points_btree_buffered() {
+    crash_points_test("btree-buffered")
+}
+
+#[test]
 fn crash_points_lsm() {
     crash_points_test("lsm")
 }
@@ -271,6 +276,18 @@ fn crash_points_cover_every_kind() {
     let names: Vec<&str> = kinds().iter().map(|k| k.name()).collect();
     assert_eq!(
         names,
-        ["btree", "lsm", "nbtree", "stbe", "lsa", "iam", "fdtree", "fdtree-d", "pbt", "boa"]
+        [
+            "btree",
+            "btree-buffered",
+            "lsm",
+            "nbtree",
+            "stbe",
+            "lsa",
+            "iam",
+            "fdtree",
+            "fdtree-d",
+            "pbt",
+            "boa"
+        ]
     );
 }

@@ -208,7 +208,12 @@ pub type ExtraEngines<'a> = &'a [(&'a str, EngineOpener)];
 
 /// woods engines with other parameters than their kind's defaults, known by name but not run
 /// by default.
-pub const WOODS_VARIANTS: [&str; 1] = ["woods:pbt-nomerge"];
+pub const WOODS_VARIANTS: [&str; 4] = [
+    "woods:pbt-nomerge",
+    "woods:btree-buffered:fullest-leaf",
+    "woods:btree-buffered:random-ball",
+    "woods:btree-buffered:golden-gate",
+];
 
 /// Every engine name this build knows, woods index kinds first.
 pub fn known_engines() -> Vec<String> {

@@ -68,7 +68,7 @@ a record of its batch in flight (136 bytes).";
 /// Options of `woods stress`.
 #[derive(clap::Args, Debug)]
 pub struct StressArgs {
-    /// Index kind: btree, lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt.
+    /// Index kind: btree, btree-buffered[:POLICY], lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt.
     #[arg(long, value_name = "KIND")]
     pub index: String,
     /// How long to run: seconds, or a number with ms, s, m or h.

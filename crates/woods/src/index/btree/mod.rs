@@ -3,7 +3,11 @@
 //! written to a fresh location, and the new root becomes reachable only through the manifest
 //! commit, so a crash leaves the old or the new tree, never a torn one.
 
+pub(crate) mod bins;
+pub(crate) mod buffer;
 pub mod buffer_policy;
+#[cfg(test)]
+mod buffer_tests;
 pub(crate) mod node;
 pub(crate) mod tree;
 
@@ -14,6 +18,8 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use self::bins::Bins;
+use self::buffer::{BufferMeta, Buffered, Pos};
 use self::node::{
     blob_pages, decode_internal, decode_leaf, node_type, Child, LeafEntry, Val, BODY_ROOM,
     INLINE_MAX, INTERNAL,
@@ -24,26 +30,45 @@ use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry};
 use crate::error::{Error, Result};
 use crate::manifest::Commit;
-use crate::memtable::{MemIter, Memtable, ENTRY_OVERHEAD};
+use crate::memtable::{Memtable, ENTRY_OVERHEAD};
 use crate::merge::{compact_versions, EntryIter};
 use crate::options::BTreeParams;
 use crate::storage::{AlignedBuf, Extent, Purpose, PAGE_BODY, PAGE_SIZE};
 
-/// One published tree.
+/// One published tree, with the insertion buffer in front of it (empty without one).
 struct Version {
     root: u64,
     height: u32,
     entries: u64,
+    buffer: Arc<Buffered>,
+    /// The buffer's runs and markers as the last commit recorded them.
+    bmeta: Arc<BufferMeta>,
     _epoch: Arc<Epoch>,
 }
 
-/// A memtable being merged in.
+/// What a drain of the insertion buffer took from it.
+struct Drain {
+    /// The buffer the drain was planned on, and which of its entries it flushes.
+    buffer: Arc<Buffered>,
+    flushed: Vec<bool>,
+    /// The newest sequence number in `buffer`.
+    watermark: u64,
+}
+
+/// A memtable being merged in, or a drain of the insertion buffer.
 struct Job {
-    mem: Arc<Memtable>,
-    /// The memtable's entries not yet applied, read in place: a copy of a whole memtable's
+    /// The memtable (None: a drain).
+    mem: Option<Arc<Memtable>>,
+    drain: Option<Drain>,
+    /// The entries not yet applied, a memtable's read in place: a copy of a whole memtable's
     /// entries (about twice its bytes as separately allocated entries) was outside every
     /// budget, and took the engine over its memory cgroup at 20 million records.
-    input: std::iter::Peekable<MemIter>,
+    input: std::iter::Peekable<EntryIter>,
+    /// Units the job applies in all (a drain's; 0 for a memtable, which the queue counts).
+    total: u64,
+    /// Each leaf the job rewrote: the position of the first entry it wrote into the leaf, and
+    /// the first positions of the leaves that replaced it.
+    leaf_outs: Vec<(Pos, Vec<Pos>)>,
     /// Units (`entry_units`) applied so far.
     done: u64,
     root: u64,
@@ -62,6 +87,24 @@ struct Counters {
     pages_written: AtomicU64,
     splits: AtomicU64,
     blobs: AtomicU64,
+    leaf_flushes: AtomicU64,
+    entries_flushed: AtomicU64,
+    drains: AtomicU64,
+    buffer_runs: AtomicU64,
+    buffer_rewrites: AtomicU64,
+    gg_choices: AtomicU64,
+}
+
+/// The insertion buffer's state that only the worker (holding the job lock) touches.
+#[derive(Default)]
+struct BufWork {
+    /// The leaves' bins, built at the first drain (None again after a failed job).
+    bins: Option<Bins>,
+    /// The leaves chosen by the last drain planned, with the entries each flushed.
+    last_drain: Vec<(Pos, u64)>,
+    /// Entries in the buffer and leaves in the tree when the last drain was planned.
+    last_m: u64,
+    last_n: u64,
 }
 
 pub struct BTree {
@@ -72,14 +115,25 @@ pub struct BTree {
     job: Mutex<Option<Job>>,
     durable: AtomicU64,
     counters: Counters,
+    /// The insertion buffer's capacity in units (None: no buffer).
+    capacity: Option<u64>,
+    buf: Mutex<BufWork>,
+    /// Units a pending or running drain has left (debt beyond the queue).
+    drain_debt: AtomicU64,
+    /// Bytes of buffered entries charged to the cache.
+    charged: AtomicU64,
 }
 
-fn encode_meta(root: u64, height: u32, entries: u64) -> Vec<u8> {
+/// The tree's metadata: version 1 (no insertion buffer) or 2 (with `buffer`).
+fn encode_meta(root: u64, height: u32, entries: u64, buffer: Option<&BufferMeta>) -> Vec<u8> {
     let mut out = Vec::new();
-    out.push(1);
+    out.push(if buffer.is_some() { 2 } else { 1 });
     codec::put_u64(&mut out, root);
     codec::put_u32(&mut out, height);
     codec::put_u64(&mut out, entries);
+    if let Some(b) = buffer {
+        b.encode(&mut out);
+    }
     out
 }
 
@@ -95,35 +149,59 @@ impl BTree {
         meta: &[u8],
         durable_seq: u64,
     ) -> Result<BTree> {
-        let (root, height, entries) = if meta.is_empty() {
-            (0, 0, 0)
+        let (root, height, entries, bmeta) = if meta.is_empty() {
+            (0, 0, 0, BufferMeta::default())
         } else {
             let mut r = Reader::new(meta, "btree metadata");
             let v = r.u8()?;
-            if v != 1 {
+            let buffered = params.insert_buffer.is_some();
+            if v != 1 && v != 2 || (v == 2) != buffered {
                 return Err(Error::corruption(
                     "btree metadata",
                     None,
-                    format!("version {v}"),
+                    format!("version {v} (insertion buffer: {buffered})"),
                 ));
             }
-            (r.u64()?, r.u32()?, r.u64()?)
+            let (root, height, entries) = (r.u64()?, r.u32()?, r.u64()?);
+            let bmeta = if v == 2 {
+                BufferMeta::decode(&mut r)?
+            } else {
+                BufferMeta::default()
+            };
+            (root, height, entries, bmeta)
         };
+        let buffer = Arc::new(buffer::load(&ctx.store, &bmeta)?);
+        let capacity = params
+            .insert_buffer
+            .as_ref()
+            .map(|b| match b.capacity_bytes {
+                0 => (ctx.store.cache().stats().capacity_pages * PAGE_SIZE as u64 / 4).max(1),
+                c => c,
+            });
+        ctx.store.cache().reserve(buffer.units);
         let epoch = Epoch::new(ctx.store.clone());
-        Ok(BTree {
+        let tree = BTree {
             ctx,
             params,
+            drain_debt: AtomicU64::new(0),
+            charged: AtomicU64::new(buffer.units),
             current: RwLock::new(Arc::new(Version {
                 root,
                 height,
                 entries,
+                buffer,
+                bmeta: Arc::new(bmeta),
                 _epoch: epoch,
             })),
             queue: MemQueue::default(),
             job: Mutex::new(None),
             durable: AtomicU64::new(durable_seq),
             counters: Counters::default(),
-        })
+            capacity,
+            buf: Mutex::new(BufWork::default()),
+        };
+        tree.update_drain_debt(&tree.version());
+        Ok(tree)
     }
 
     fn version(&self) -> Arc<Version> {
@@ -227,6 +305,17 @@ impl BTree {
             self.place_blobs(job, &mut merged)?;
             job.entries_in_tree += merged.len() as i64 - old_len;
             let out = self.write_nodes(job, &merged)?;
+            if let (Some(first), Some(_)) = (new.first(), &job.drain) {
+                job.leaf_outs.push((
+                    Pos::of(first),
+                    out.iter()
+                        .map(|c| Pos {
+                            key: c.key.clone(),
+                            seq: c.seq,
+                        })
+                        .collect(),
+                ));
+            }
             let splits = (out.len() as u64).saturating_sub(1);
             self.counters.splits.fetch_add(splits, Ordering::Relaxed);
             return Ok(out);
@@ -406,34 +495,328 @@ impl BTree {
 
     /// Makes the finished job durable and visible.
     fn commit(&self, mut job: Job) -> Result<()> {
-        self.ctx.store.sync()?;
-        let added: Vec<Extent> = job
+        let mut added: Vec<Extent> = job
             .fresh
             .iter()
             .map(|(&start, &pages)| Extent { start, pages })
             .collect();
         let entries = job.entries_in_tree.max(0) as u64;
-        let meta = encode_meta(job.root, job.height, entries);
-        let durable_seq = job.mem.max_seq();
+        let v = self.version();
+        let (buffer, bmeta) = match &job.drain {
+            None => (v.buffer.clone(), v.bmeta.clone()),
+            Some(d) => {
+                let (buffer, bmeta) = self.after_drain(&v, d, &mut added, &mut job.freed)?;
+                (Arc::new(buffer), Arc::new(bmeta))
+            }
+        };
+        // After the drain's rewrite of the buffer, if any: the commit names its run too.
+        self.ctx.store.sync()?;
+        let meta = encode_meta(
+            job.root,
+            job.height,
+            entries,
+            self.capacity.map(|_| &*bmeta),
+        );
+        let durable_seq = match &job.mem {
+            Some(mem) => mem.max_seq(),
+            None => self.durable.load(Ordering::Acquire),
+        };
         self.ctx.manifest.commit(Commit {
             index_meta: meta,
             durable_seq,
             added,
             freed: job.freed.clone(),
         })?;
+        self.publish(
+            Version {
+                root: job.root,
+                height: job.height,
+                entries,
+                buffer,
+                bmeta,
+                _epoch: v._epoch.clone(),
+            },
+            job.freed.drain(..),
+        );
+        self.durable.store(durable_seq, Ordering::Release);
+        if job.mem.is_some() {
+            self.queue.pop();
+            self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let mut bw = self.buf.lock();
+            if let Some(bins) = bw.bins.as_mut() {
+                for (first, out) in &job.leaf_outs {
+                    bins.replace_leaf(first, out);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes `next` (its epoch is replaced by the next one of the current version's), and
+    /// retires `freed` with the current version.
+    fn publish(&self, mut next: Version, freed: impl IntoIterator<Item = Extent>) {
         let mut cur = self.current.write();
-        let epoch = cur._epoch.advance(job.freed.drain(..));
-        *cur = Arc::new(Version {
-            root: job.root,
-            height: job.height,
-            entries,
-            _epoch: epoch,
-        });
+        next._epoch = cur._epoch.advance(freed);
+        let units = next.buffer.units;
+        *cur = Arc::new(next);
         drop(cur);
+        let before = self.charged.swap(units, Ordering::Relaxed);
+        self.ctx.store.cache().reserve(units);
+        self.ctx.store.cache().unreserve(before);
+        self.update_drain_debt(&self.version());
+    }
+
+    // ---- the insertion buffer ------------------------------------------------------------
+
+    /// Sets the drain debt of `v`: the units its buffer holds beyond capacity.
+    fn update_drain_debt(&self, v: &Version) {
+        let d = self
+            .capacity
+            .map_or(0, |c| v.buffer.units.saturating_sub(c));
+        self.drain_debt.store(d, Ordering::Relaxed);
+    }
+
+    /// Writes `entries` (in entry order) as one run of the buffer.
+    fn write_buffer_run(&self, entries: &[Entry]) -> Result<crate::run::RunMeta> {
+        let opts = crate::run::RunOptions {
+            bloom_bits_per_key: 0,
+            purpose: Purpose::Flush,
+            extent_pages: 16,
+        };
+        let mut b = crate::run::RunBuilder::new(self.ctx.store.clone(), opts);
+        for e in entries {
+            b.add(e)?;
+        }
+        self.counters.buffer_runs.fetch_add(1, Ordering::Relaxed);
+        b.finish()
+    }
+
+    /// Takes the oldest queued memtable into the buffer: its entries become a run of the
+    /// buffer (or, past [`buffer::MAX_RUNS`] runs, the whole buffer is rewritten as one), and
+    /// the commit makes it durable so that the log can be released. Returns the units taken.
+    fn absorb_into_buffer(&self, v: &Version, mem: Arc<Memtable>) -> Result<u64> {
+        let entries: Vec<Entry> = mem
+            .iter(Bound::Unbounded, Bound::Unbounded, false)
+            .collect::<Result<_>>()?;
+        let merged = buffer::merge_sorted(&v.buffer.entries, &entries);
+        let rewrite = v.bmeta.runs.len() >= buffer::MAX_RUNS;
+        let run = self.write_buffer_run(if rewrite { &merged } else { &entries })?;
+        let mut bmeta = (*v.bmeta).clone();
+        let mut freed = Vec::new();
+        if rewrite {
+            self.counters
+                .buffer_rewrites
+                .fetch_add(1, Ordering::Relaxed);
+            for r in bmeta.runs.drain(..) {
+                freed.extend(r.extents);
+            }
+            bmeta.markers.clear();
+        }
+        let added = run.extents.clone();
+        bmeta.runs.push(run);
+        self.ctx.store.sync()?;
+        let durable_seq = mem.max_seq();
+        self.ctx.manifest.commit(Commit {
+            index_meta: encode_meta(v.root, v.height, v.entries, Some(&bmeta)),
+            durable_seq,
+            added,
+            freed: freed.clone(),
+        })?;
+        let units: u64 = entries.iter().map(buffer::units).sum();
+        self.publish(
+            Version {
+                root: v.root,
+                height: v.height,
+                entries: v.entries,
+                buffer: Arc::new(Buffered::new(merged)),
+                bmeta: Arc::new(bmeta),
+                _epoch: v._epoch.clone(),
+            },
+            freed,
+        );
         self.durable.store(durable_seq, Ordering::Release);
         self.queue.pop();
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
+        if let Some(bins) = self.buf.lock().bins.as_mut() {
+            bins.add(&entries);
+        }
+        Ok(units)
+    }
+
+    /// The bins of `v`'s leaves with its buffer counted in them.
+    fn build_bins(&self, v: &Version, policy: buffer_policy::FlushPolicy) -> Result<Bins> {
+        let mut starts = Vec::new();
+        if v.root != 0 {
+            self.leaf_starts(v.root, v.height, &mut starts)?;
+        }
+        let seed = self.durable.load(Ordering::Relaxed) ^ v.root.rotate_left(32);
+        let mut bins = Bins::new(policy, starts, seed);
+        bins.add(&v.buffer.entries);
+        Ok(bins)
+    }
+
+    /// Appends the first position of every leaf under `page`, in order.
+    fn leaf_starts(&self, page: u64, height: u32, out: &mut Vec<Pos>) -> Result<()> {
+        if height <= 1 {
+            let leaf = decode_leaf(&self.read_body(page, Purpose::Merge)?, page)?;
+            if let Some(e) = leaf.first() {
+                out.push(Pos {
+                    key: e.key.clone(),
+                    seq: e.seq,
+                });
+            }
+            return Ok(());
+        }
+        let kids = decode_internal(&self.read_body(page, Purpose::Merge)?, page)?;
+        if height == 2 {
+            out.extend(kids.iter().map(|c| Pos {
+                key: c.key.clone(),
+                seq: c.seq,
+            }));
+            return Ok(());
+        }
+        for c in &kids {
+            self.leaf_starts(c.page, height - 1, out)?;
+        }
         Ok(())
+    }
+
+    /// Plans a drain of `v`'s full buffer: leaf after leaf chosen by the policy, each flushing
+    /// every buffered entry of its leaf, until the buffer is back within capacity. The chosen
+    /// leaves' entries are then merged into the tree by one job (so that the internal nodes
+    /// above many flushed leaves are written once per step, as for a memtable), which gives
+    /// each flushed leaf exactly the write it would get alone: a flush only empties its own
+    /// bin, and the leaves its split makes start empty, so the choices do not depend on
+    /// whether earlier flushes have reached the tree yet.
+    fn plan_drain(&self, v: &Version, capacity: u64) -> Result<Job> {
+        let policy = self
+            .params
+            .insert_buffer
+            .as_ref()
+            .map_or(buffer_policy::FlushPolicy::Adaptive, |b| b.policy);
+        let mut bw = self.buf.lock();
+        let mut bins = match bw.bins.take() {
+            Some(b) => b,
+            None => self.build_bins(v, policy)?,
+        };
+        let mut last_drain: Vec<(Pos, u64)> = Vec::new();
+        let buf = v.buffer.clone();
+        let n = buf.entries.len();
+        let mut flushed = vec![false; n];
+        let need = buf.units.saturating_sub(capacity);
+        let mut freed = 0u64;
+        let gg_before = bins.gg_choices;
+        while freed < need {
+            let Some(bin) = bins.choose(&buf.entries, &flushed) else {
+                break;
+            };
+            let lo = if bin == Pos::min() {
+                0
+            } else {
+                buf.lower(&bin)
+            };
+            let hi = bins.next_leaf(&bin).map_or(n, |p| buf.lower(&p));
+            let mut count = 0;
+            for (f, e) in flushed[lo..hi].iter_mut().zip(&buf.entries[lo..hi]) {
+                if !*f {
+                    *f = true;
+                    freed += buffer::units(e);
+                    count += 1;
+                }
+            }
+            bins.take(&bin);
+            last_drain.push((bin, count));
+        }
+        let leaves = bins.leaves() as u64;
+        let gg = bins.gg_choices - gg_before;
+        if freed == 0 && need > 0 {
+            // The bins found nothing to flush in a buffer over capacity: they disagree with it.
+            // The whole buffer goes into the tree (as into the empty tree's one leaf), so that
+            // no drain repeats without freeing anything, and the bins are rebuilt next time.
+            flushed.iter_mut().for_each(|f| *f = true);
+            freed = buf.units;
+            bw.bins = None;
+        } else {
+            bw.bins = Some(bins);
+        }
+        let c = &self.counters;
+        c.gg_choices.fetch_add(gg, Ordering::Relaxed);
+        c.leaf_flushes
+            .fetch_add(last_drain.len() as u64, Ordering::Relaxed);
+        c.drains.fetch_add(1, Ordering::Relaxed);
+        bw.last_m = n as u64;
+        bw.last_n = leaves;
+        bw.last_drain = last_drain;
+        let planned: Vec<Entry> = buf
+            .entries
+            .iter()
+            .zip(&flushed)
+            .filter(|(_, f)| **f)
+            .map(|(e, _)| e.clone())
+            .collect();
+        c.entries_flushed
+            .fetch_add(planned.len() as u64, Ordering::Relaxed);
+        let watermark = buf.entries.iter().map(|e| e.seq).max().unwrap_or(0);
+        let input: EntryIter = Box::new(planned.into_iter().map(Ok));
+        Ok(Job {
+            mem: None,
+            drain: Some(Drain {
+                buffer: buf,
+                flushed,
+                watermark,
+            }),
+            input: input.peekable(),
+            total: freed,
+            leaf_outs: Vec::new(),
+            done: 0,
+            root: v.root,
+            height: v.height,
+            entries_in_tree: v.entries as i64,
+            fresh: HashMap::new(),
+            freed: Vec::new(),
+        })
+    }
+
+    /// The buffer and its metadata once drain `d` is in the tree: the flushed entries leave
+    /// the buffer, and markers record them, or past [`buffer::MAX_MARKERS`] markers the rest
+    /// of the buffer is rewritten as one run (its extents join `added`, the old runs' `freed`).
+    fn after_drain(
+        &self,
+        v: &Version,
+        d: &Drain,
+        added: &mut Vec<Extent>,
+        freed: &mut Vec<Extent>,
+    ) -> Result<(Buffered, BufferMeta)> {
+        let rest: Vec<Entry> = d
+            .buffer
+            .entries
+            .iter()
+            .zip(&d.flushed)
+            .filter(|(_, f)| !**f)
+            .map(|(e, _)| e.clone())
+            .collect();
+        let mut bmeta = (*v.bmeta).clone();
+        bmeta.markers.extend(buffer::markers_for(
+            &d.buffer.entries,
+            &d.flushed,
+            d.watermark,
+        ));
+        if rest.is_empty() || bmeta.markers.len() > buffer::MAX_MARKERS {
+            for r in bmeta.runs.drain(..) {
+                freed.extend(r.extents);
+            }
+            bmeta.markers.clear();
+            if !rest.is_empty() {
+                self.counters
+                    .buffer_rewrites
+                    .fetch_add(1, Ordering::Relaxed);
+                let run = self.write_buffer_run(&rest)?;
+                added.extend(run.extents.iter().copied());
+                bmeta.runs.push(run);
+            }
+        }
+        Ok((Buffered::new(rest), bmeta))
     }
 }
 
@@ -444,6 +827,9 @@ impl Index for BTree {
     }
 
     fn debt(&self) -> u64 {
+        if self.capacity.is_some() {
+            return self.queue.debt(|| 0) + self.drain_debt.load(Ordering::Relaxed);
+        }
         let job = self.job.try_lock();
         self.queue
             .debt(|| job.as_ref().and_then(|j| j.as_ref()).map_or(0, |j| j.done))
@@ -452,13 +838,36 @@ impl Index for BTree {
     fn work(&self, budget: u64) -> Result<u64> {
         let mut slot = self.job.lock();
         if slot.is_none() {
-            let Some((mem, input)) = self.queue.front() else {
+            let v = self.version();
+            if let Some(cap) = self.capacity {
+                if v.buffer.units > cap {
+                    match self.plan_drain(&v, cap) {
+                        Ok(job) => *slot = Some(job),
+                        Err(e) => {
+                            self.buf.lock().bins = None;
+                            return Err(e);
+                        }
+                    }
+                } else {
+                    let Some((mem, _)) = self.queue.front() else {
+                        return Ok(0);
+                    };
+                    return Ok(self.absorb_into_buffer(&v, mem)?.max(1));
+                }
+            }
+        }
+        if slot.is_none() {
+            let Some((mem, _)) = self.queue.front() else {
                 return Ok(0);
             };
             let v = self.version();
+            let input: EntryIter = Box::new(mem.iter(Bound::Unbounded, Bound::Unbounded, false));
             *slot = Some(Job {
-                mem,
-                input,
+                mem: Some(mem),
+                drain: None,
+                input: input.peekable(),
+                total: 0,
+                leaf_outs: Vec::new(),
                 done: 0,
                 root: v.root,
                 height: v.height,
@@ -479,12 +888,23 @@ impl Index for BTree {
                 // wrote are reachable from no commit: free again when the database, read-only
                 // after a failure, is reopened.
                 *slot = None;
+                self.buf.lock().bins = None;
                 return Err(e);
             }
         };
+        if job.drain.is_some() {
+            let left = job.total.saturating_sub(job.done).max(1);
+            self.drain_debt.store(left, Ordering::Relaxed);
+        }
         if job.input.peek().is_none() {
             if let Some(job) = slot.take() {
-                self.commit(job)?;
+                let drain = job.drain.is_some();
+                if let Err(e) = self.commit(job) {
+                    if drain {
+                        self.buf.lock().bins = None;
+                    }
+                    return Err(e);
+                }
             }
         }
         Ok(done.max(1))
@@ -496,6 +916,9 @@ impl Index for BTree {
 
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
         let v = self.version();
+        if v.buffer.versions(key, seq, out)? {
+            return Ok(());
+        }
         if v.root == 0 {
             return Ok(());
         }
@@ -509,17 +932,25 @@ impl Index for BTree {
         hi: Bound<Vec<u8>>,
         reverse: bool,
     ) -> Result<Vec<EntryIter>> {
-        let reader = self.reader(self.version());
-        Ok(vec![Box::new(LeafCursor::new(reader, lo, hi, reverse)?)])
+        let v = self.version();
+        let mut out: Vec<EntryIter> = Vec::with_capacity(2);
+        if !v.buffer.entries.is_empty() {
+            out.push(v.buffer.iter(&lo, &hi, reverse));
+        }
+        let reader = self.reader(v);
+        out.push(Box::new(LeafCursor::new(reader, lo, hi, reverse)?));
+        Ok(out)
     }
 
     fn stats(&self) -> IndexStats {
         let v = self.version();
         let c = &self.counters;
         let mut s = IndexStats {
-            kind: "btree".into(),
+            kind: crate::options::IndexKind::BTree(self.params.clone())
+                .name()
+                .into(),
             height: v.height as u64,
-            entries: v.entries,
+            entries: v.entries + v.buffer.entries.len() as u64,
             ..Default::default()
         };
         s.absorbs = c.absorbs.load(Ordering::Relaxed);
@@ -535,11 +966,47 @@ impl Index for BTree {
             "height {} root page {} entries {}",
             v.height, v.root, v.entries
         ));
+        if let Some(cap) = self.capacity {
+            for (k, a) in [
+                ("leaf_flushes", &c.leaf_flushes),
+                ("entries_flushed", &c.entries_flushed),
+                ("drains", &c.drains),
+                ("buffer_runs_written", &c.buffer_runs),
+                ("buffer_rewrites", &c.buffer_rewrites),
+                ("golden_gate_choices", &c.gg_choices),
+            ] {
+                s.counters.insert(k.into(), a.load(Ordering::Relaxed));
+            }
+            s.counters
+                .insert("buffer_entries".into(), v.buffer.entries.len() as u64);
+            let flushes = c.leaf_flushes.load(Ordering::Relaxed);
+            let flushed = c.entries_flushed.load(Ordering::Relaxed);
+            let (m, n) = {
+                let bw = self.buf.lock();
+                (bw.last_m, bw.last_n)
+            };
+            s.shape.push(format!(
+                "insert buffer: {} entries ({} of {cap} bytes) in {} runs, {} markers; \
+                 {flushes} leaf flushes, {:.2} entries a flush; last drain m = {m}, n = {n}, \
+                 2m/(n+1) = {:.2}",
+                v.buffer.entries.len(),
+                v.buffer.units,
+                v.bmeta.runs.len(),
+                v.bmeta.markers.len(),
+                flushed as f64 / flushes.max(1) as f64,
+                2.0 * m as f64 / (n + 1) as f64,
+            ));
+        }
         s
     }
 
     fn check(&self) -> Result<u64> {
-        self.reader(self.version()).check(&mut |_, _| Ok(()))
+        let v = self.version();
+        for m in &v.bmeta.runs {
+            crate::run::Run::open(self.ctx.store.clone(), m.clone())?.check()?;
+        }
+        let buffered = v.buffer.entries.len() as u64;
+        Ok(self.reader(v).check(&mut |_, _| Ok(()))? + buffered)
     }
 }
 
@@ -554,7 +1021,10 @@ mod tests {
 
     fn small_options(fill_percent: u32) -> Options {
         Options {
-            index: Some(IndexKind::BTree(BTreeParams { fill_percent })),
+            index: Some(IndexKind::BTree(BTreeParams {
+                fill_percent,
+                ..BTreeParams::default()
+            })),
             cache_bytes: 1 << 20,
             memtable_bytes: 64 << 10,
             direct_io: false,
