@@ -1395,10 +1395,7 @@ mod btree_buffered_policies {
     fn model_golden_gate() {
         model_test(kind("btree-buffered:golden-gate"))
     }
-    #[test]
-    fn model_adaptive() {
-        model_test(kind("btree-buffered"))
-    }
+    // The adaptive policy (plain `btree-buffered`) runs in the suite's own `btree_buffered`.
 }
 
 #[test]
