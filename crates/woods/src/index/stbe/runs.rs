@@ -58,11 +58,28 @@ pub fn cuts<'a>(entries: impl Iterator<Item = (&'a [u8], u64, u64)>, r: &RunRule
     let mut cur: Option<(&'a [u8], u64)> = None;
     let mut prev: Option<(&'a [u8], u64, u64)> = None;
     let mut dir = 0i8;
+    // The current run's steps: their sum, their number, the last one.
+    let mut steps = (0u64, 0u64, 0u64);
     let close = |found: &mut Vec<Found<'a>>, run: Option<(&'a [u8], u64)>, hi| {
         if let Some((lo, units)) = run {
             if units >= r.min_units {
                 found.push(Found { lo, hi, units });
             }
+        }
+    };
+    // A run that ends where a key written at another time joined it by chance (a step near
+    // enough, in its direction) ends before that key: its step stands out from the run's.
+    let end = |found: &mut Vec<Found<'a>>,
+               run: Option<(&'a [u8], u64)>,
+               (sum, n, last): (u64, u64, u64),
+               prev: Option<(&'a [u8], u64, u64)>,
+               hi: Option<&'a [u8]>| {
+        let stray = n >= 3 && last > 2 && last * (n - 1) > 2 * (sum - last);
+        match (run, prev) {
+            (Some((lo, u)), Some((pk, _, pu))) if stray => {
+                close(found, Some((lo, u - pu)), Some(pk))
+            }
+            _ => close(found, run, hi),
         }
     };
     for (key, seq, units) in entries {
@@ -81,6 +98,8 @@ pub fn cuts<'a>(entries: impl Iterator<Item = (&'a [u8], u64, u64)>, r: &RunRule
             let near = step != 0 && step.unsigned_abs() <= u128::from(r.max_step);
             if near && (dir == 0 || dir == d) {
                 dir = d;
+                let a = step.unsigned_abs() as u64;
+                steps = (steps.0 + a, steps.1 + 1, a);
             } else if near {
                 // The direction turned: a new run may begin with the previous key.
                 let (pk, pu) = (*pk, *pu);
@@ -88,9 +107,12 @@ pub fn cuts<'a>(entries: impl Iterator<Item = (&'a [u8], u64, u64)>, r: &RunRule
                 close(&mut found, run, Some(pk));
                 cur = Some((pk, pu));
                 dir = d;
+                let a = step.unsigned_abs() as u64;
+                steps = (a, 1, a);
             } else {
-                close(&mut found, cur.take(), Some(key));
+                end(&mut found, cur.take(), steps, prev, Some(key));
                 dir = 0;
+                steps = (0, 0, 0);
             }
         }
         match &mut cur {
@@ -99,9 +121,10 @@ pub fn cuts<'a>(entries: impl Iterator<Item = (&'a [u8], u64, u64)>, r: &RunRule
         }
         prev = Some((key, seq, units));
     }
-    close(&mut found, cur, None);
+
+    end(&mut found, cur, steps, prev, None);
     if found.len() > r.max_runs {
-        found.sort_by(|a, b| b.units.cmp(&a.units));
+        found.sort_by_key(|f| std::cmp::Reverse(f.units));
         found.truncate(r.max_runs);
         found.sort_by(|a, b| a.lo.cmp(b.lo));
     }
@@ -153,7 +176,7 @@ mod tests {
         }
         let after = e
             .iter()
-            .filter(|x| x.0 > "z".to_string())
+            .filter(|x| x.0.as_str() > "z")
             .map(|x| x.0.clone())
             .min();
         // Keys below the run too, written at random times (the second just before the run
@@ -161,6 +184,17 @@ mod tests {
         e.push(("0x".into(), 500));
         e.push(("0y".into(), 3));
         assert_eq!(plan(e, &rules()), vec!["a00".to_string(), after.unwrap()]);
+    }
+
+    #[test]
+    fn a_key_that_joins_a_run_by_chance_at_its_end_is_left_out() {
+        // k00..k29 step by 1; "z1" was written at another time, 4 after the run's last key
+        // (near enough, in the run's direction); "z2" far from both.
+        let mut e: Vec<(String, u64)> = (0..30).map(|i| (format!("k{i:02}"), i + 1)).collect();
+        e.push(("a".into(), 500));
+        e.push(("z1".into(), 34));
+        e.push(("z2".into(), 900));
+        assert_eq!(plan(e, &rules()), vec!["k00", "z1"]);
     }
 
     #[test]
