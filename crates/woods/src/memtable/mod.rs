@@ -148,6 +148,15 @@ impl Memtable {
         std::iter::successors(self.list.first(), |&p| self.list.next(p)).map(|p| self.entry(p))
     }
 
+    /// Every entry's key, sequence number and room ([`entry_room`]) in entry order, borrowed
+    /// from the list (no copy): for planning how a frozen memtable is built.
+    pub fn key_seqs(&self) -> impl Iterator<Item = (&[u8], u64, u64)> + '_ {
+        std::iter::successors(self.list.first(), |&p| self.list.next(p)).map(|p| {
+            let e = self.list.get(p);
+            (e.key, e.seq, entry_room(e.key, e.value))
+        })
+    }
+
     /// The entries and their key and value bytes in each interval that the sorted `keys` cut
     /// the key space into: `[keys[i-1], keys[i])` is interval `i`, and there are
     /// `keys.len() + 1`. One walk of the list, reading lengths only.

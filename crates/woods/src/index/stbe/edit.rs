@@ -74,6 +74,8 @@ pub struct Effects {
     pub splits: u64,
     pub merges_done: u64,
     pub root_splits: u64,
+    /// Units of branches flushes moved by reference alone (no compaction in the child).
+    pub moved_units: u64,
 }
 
 impl Effects {
@@ -96,6 +98,31 @@ pub struct Editor<'a> {
 /// The children a flush loop found it could not flush into now.
 type Blocked = HashSet<u64>;
 
+/// For each branch, whether its key span `[min, max]` meets no other branch's.
+fn alone(branches: &[Arc<Branch>]) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..branches.len()).collect();
+    order.sort_by(|&a, &b| branches[a].meta().min_key.cmp(&branches[b].meta().min_key));
+    let mut out = vec![true; branches.len()];
+    // The largest max key among the branches before each in min-key order.
+    let mut reach: Option<&[u8]> = None;
+    for (j, &i) in order.iter().enumerate() {
+        let m = branches[i].meta();
+        if reach.is_some_and(|r| r >= m.min_key.as_slice()) {
+            out[i] = false;
+            // The earlier branches reaching this far overlap it too.
+            for &e in &order[..j] {
+                if branches[e].meta().max_key.as_slice() >= m.min_key.as_slice() {
+                    out[e] = false;
+                }
+            }
+        }
+        if reach.is_none_or(|r| r < m.max_key.as_slice()) {
+            reach = Some(m.max_key.as_slice());
+        }
+    }
+    out
+}
+
 impl<'a> Editor<'a> {
     pub fn new(limits: &'a Limits, ids: &'a mut Ids, claims: &'a mut Claims) -> Self {
         Editor {
@@ -106,18 +133,20 @@ impl<'a> Editor<'a> {
         }
     }
 
-    /// Adds a memtable's branch to the root as its newest and runs the flush cascade
-    /// (spec §3.2 step 3–4, correction 3: the branch is in before the cascade starts).
-    pub fn incorporate(&mut self, root: &mut Arc<Node>, branch: Arc<Branch>) {
-        Arc::make_mut(root)
-            .branches
-            .push(BranchRef { branch, batch: 0 });
+    /// Adds a memtable's branches (key-disjoint pieces, [`super::runs`]) to the root as its
+    /// newest and runs the flush cascade (spec §3.2 step 3–4, correction 3: the branches are
+    /// in before the cascade starts).
+    pub fn incorporate(&mut self, root: &mut Arc<Node>, branches: Vec<Arc<Branch>>) {
+        let r = Arc::make_mut(root);
+        for branch in branches {
+            r.branches.push(BranchRef { branch, batch: 0 });
+        }
         self.settle_root(root, None);
     }
 
-    /// Whether the root can take one more branch.
-    pub fn root_has_room(root: &Node, l: &Limits) -> bool {
-        root.branches.len() < l.max_branches
+    /// Whether the root can take `need` more branches.
+    pub fn root_has_room(root: &Node, l: &Limits, need: usize) -> bool {
+        root.branches.len() + need <= l.max_branches
     }
 
     /// The flush cascade from the root, also revisiting the nodes on the way to `focus` (where
@@ -264,30 +293,40 @@ impl<'a> Editor<'a> {
             {
                 return false;
             }
-            // Branches that do not overlap each other and lie inside the child need no
-            // compaction: merging them would only copy them.
-            let mut sorted: Vec<&Arc<Branch>> = incoming.iter().collect();
-            sorted.sort_by(|a, b| a.meta().min_key.cmp(&b.meta().min_key));
-            let disjoint = sorted
-                .windows(2)
-                .all(|w| w[0].meta().max_key < w[1].meta().min_key);
-            let trivial = disjoint && incoming.iter().all(|b| b.within(&child.lo, child.hi()));
-            let batch = if trivial { 0 } else { self.ids.batch() };
-            for b in &incoming {
+            // A branch that lies inside the child and whose key span meets no other incoming
+            // branch's needs no compaction: merging it would only copy it. It goes down by
+            // reference (a memtable's sequential runs are built as branches of their own for
+            // this, [`super::runs`]); the others make the batch the child compacts. The order
+            // between the two does not matter: they share no key.
+            let alone = alone(&incoming);
+            let (moved, rest): (Vec<_>, Vec<_>) = incoming
+                .into_iter()
+                .zip(alone)
+                .partition(|(b, alone)| *alone && b.within(&child.lo, child.hi()));
+            for (b, _) in &moved {
+                self.out.moved_units += b.units();
                 child.branches.push(BranchRef {
                     branch: b.clone(),
-                    batch,
+                    batch: 0,
                 });
             }
-            if trivial {
+            if rest.is_empty() {
                 self.out.trivial_flushes += 1;
             } else {
+                let batch = self.ids.batch();
+                let inputs: Vec<Arc<Branch>> = rest.into_iter().map(|(b, _)| b).collect();
+                for b in &inputs {
+                    child.branches.push(BranchRef {
+                        branch: b.clone(),
+                        batch,
+                    });
+                }
                 self.out.batches.push(NewBatch {
                     batch,
                     height: child.height,
                     lo: child.lo.clone(),
                     hi: child.hi.clone(),
-                    inputs: incoming,
+                    inputs,
                 });
             }
         }

@@ -4,11 +4,13 @@
 //! A *trunk* of nodes with pivots, child pointers and branch references (with a start index
 //! per child) sits over *branches*, the substrate's immutable runs with a quotient filter,
 //! shared by reference between nodes and read only inside each node's key range
-//! ([`node`], [`branch`]). A frozen memtable is bulk-built into a packed branch and becomes
-//! the root's newest branch ([`Stbe::absorb`], [`task`]); flushes move branch *references*
+//! ([`node`], [`branch`]). A frozen memtable is bulk-built into packed branches, one per
+//! sequential run it holds and one per stretch of keys between them ([`runs`]), which become
+//! the root's newest ([`Stbe::absorb`], [`task`]); flushes move branch *references*
 //! down the trunk when a node holds too much live data for its children (T1) or too many live
 //! branches for one child (T2) ([`policy`], [`edit`]); each node then compacts only the batch
-//! it received (flush-then-compact), in the background or in writers' paced steps; leaves and
+//! it received (flush-then-compact) less the branches that overlap no other branch of it and
+//! lie inside the node (they stay as they are), in the background or in writers' paced steps; leaves and
 //! internal nodes are split preemptively when a flush reaches them and merged when small.
 //!
 //! Concurrency: readers load the published trunk version (an `Arc`) and take no lock. Edits
@@ -26,6 +28,7 @@ pub mod meta;
 pub mod node;
 pub mod policy;
 pub mod read;
+pub mod runs;
 pub mod task;
 
 pub mod check;
@@ -58,6 +61,9 @@ use crate::storage::{Extent, PageFile, Purpose};
 /// Compactions that may be open (started, holding read-ahead buffers and a builder) at once;
 /// more wait unstarted, so memory stays bounded however far behind compaction falls.
 const MAX_OPEN_JOBS: usize = 3;
+
+/// Trunk heights whose batch compactions are counted apart (`woods stats`).
+const HEIGHTS: usize = 4;
 
 /// The least work one `work` call does when there is any (16 KiB, the Db's smallest step).
 const MIN_STEP_UNITS: u64 = 16 << 10;
@@ -92,6 +98,14 @@ struct Counters {
     commits: AtomicU64,
     bytes_incorporated: AtomicU64,
     bytes_compacted: AtomicU64,
+    /// Of `bytes_compacted`: batch compactions by the height of the nodes they ran in (the
+    /// last slot counts every height from it up), whole-leaf compactions, leaf merges.
+    bytes_compacted_at: [AtomicU64; HEIGHTS],
+    bytes_full_compacted: AtomicU64,
+    bytes_merged: AtomicU64,
+    /// Branches memtables were built into, and units flushes moved by reference alone.
+    pieces: AtomicU64,
+    units_moved: AtomicU64,
     /// Longest times, in microseconds: a whole `work` call, a commit (sync + manifest), the
     /// edit lock held by one edit, a branch's finish (index levels, filter, header).
     max_work_us: AtomicU64,
@@ -174,12 +188,19 @@ struct State {
     open_jobs: usize,
 }
 
-/// The memtable being built into a branch.
+/// The memtable being built into branches: one per piece between the keys where its
+/// sequential runs begin and end ([`runs`]), one piece after another.
 struct Incorporation {
     mem: Arc<Memtable>,
+    /// Where the pieces are cut, ascending.
+    cuts: Vec<Key>,
+    /// The piece being built (`cuts.len() + 1` pieces in all).
+    piece: usize,
     build: Option<Build>,
-    /// The finished branch (`Some(None)`: the memtable's output was empty).
-    built: Option<Option<Arc<Branch>>>,
+    /// The branches of the pieces finished so far (an empty piece gives none).
+    branches: Vec<Arc<Branch>>,
+    /// Every piece is built.
+    built: bool,
 }
 
 struct Committed {
@@ -212,6 +233,20 @@ pub struct Shared {
     awaiting: Mutex<VecDeque<Arc<Memtable>>>,
     committer: Committer,
     counters: Counters,
+    /// Tests: every branch written, with what wrote it and its size sample (to tell which
+    /// keys were rewritten where).
+    #[cfg(test)]
+    written: Mutex<Vec<(Written, u64, branch::Sample)>>,
+}
+
+/// What wrote a branch (tests).
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Written {
+    Incorporation,
+    Batch(u32),
+    Full,
+    Merge,
 }
 
 /// The STBε-tree index: [`Shared`] and the thread that makes its versions durable (data file
@@ -303,6 +338,8 @@ impl Stbe {
             awaiting: Mutex::new(VecDeque::new()),
             committer: Committer::default(),
             counters: Counters::default(),
+            #[cfg(test)]
+            written: Mutex::new(Vec::new()),
         };
         index.rederive_tasks();
         WithCommitter::start("stbe-commit", index)
@@ -385,6 +422,28 @@ impl Shared {
         }
     }
 
+    /// The build of piece `piece` of `mem` (the keys between the cuts around it).
+    fn piece_build(&self, mem: &Arc<Memtable>, cuts: &[Key], piece: usize) -> Build {
+        let lo = match piece.checked_sub(1).and_then(|i| cuts.get(i)) {
+            Some(k) => Bound::Included(k.to_vec()),
+            None => Bound::Unbounded,
+        };
+        let hi = match cuts.get(piece) {
+            Some(k) => Bound::Excluded(k.to_vec()),
+            None => Bound::Unbounded,
+        };
+        let input: EntryIter = Box::new(mem.iter(lo, hi, false));
+        Build::new(
+            self.ctx.store.clone(),
+            input,
+            self.ctx.snapshots.list(),
+            false,
+            self.ctx.merge_op.clone(),
+            self.build_options(Purpose::Flush, mem.bytes()),
+            None,
+        )
+    }
+
     fn new_branch(&self, run: crate::run::Run, sample: branch::Sample) -> Arc<Branch> {
         let id = self.next_branch.fetch_add(1, Ordering::Relaxed);
         Branch::new(id, run, sample, self.ctx.store.clone())
@@ -411,6 +470,7 @@ impl Shared {
         c.splits.fetch_add(fx.splits, Ordering::Relaxed);
         c.root_splits.fetch_add(fx.root_splits, Ordering::Relaxed);
         c.merges.fetch_add(fx.merges_done, Ordering::Relaxed);
+        c.units_moved.fetch_add(fx.moved_units, Ordering::Relaxed);
         let add = |st: &mut State, kind: TaskKind, units: u64| {
             let id = st.next_task;
             st.next_task += 1;
@@ -508,43 +568,45 @@ impl Shared {
             let Some(mem) = self.queue.lock().front().cloned() else {
                 return Ok(0);
             };
-            let snapshots = self.ctx.snapshots.list();
-            let input: EntryIter = Box::new(mem.iter(Bound::Unbounded, Bound::Unbounded, false));
-            let build = Build::new(
-                self.ctx.store.clone(),
-                input,
-                snapshots,
-                false,
-                self.ctx.merge_op.clone(),
-                self.build_options(Purpose::Flush, mem.bytes()),
-                None,
+            let cuts = runs::cuts(
+                mem.key_seqs(),
+                &runs::RunRules::for_memtable(self.limits.memtable_units),
             );
             *guard = Some(Incorporation {
                 mem,
-                build: Some(build),
-                built: None,
+                cuts,
+                piece: 0,
+                build: None,
+                branches: Vec::new(),
+                built: false,
             });
         }
         let Some(inc) = guard.as_mut() else {
             return Ok(0);
         };
         let mut done = 0;
-        if let Some(build) = &mut inc.build {
+        while !inc.built && done < budget {
+            let build = match &mut inc.build {
+                Some(b) => b,
+                None => inc
+                    .build
+                    .insert(self.piece_build(&inc.mem, &inc.cuts, inc.piece)),
+            };
             // A failed step took entries from the memtable's iterator, and a failed finish
             // consumed the build: the incorporation starts again from the memtable rather than
             // go on without them (the Db is read-only after the error anyway, and the manifest
             // commits nothing once the page file's write failed).
-            let (n, finished) = match build.step(budget) {
+            let (n, finished) = match build.step(budget - done) {
                 Ok(r) => r,
                 Err(e) => {
                     *guard = None;
                     return Err(e);
                 }
             };
-            done += n;
+            done += n.max(1);
             self.sub_queue_units(n);
             if !finished {
-                return Ok(done.max(1));
+                return Ok(done);
             }
             if let Some(b) = inc.build.take() {
                 let t = std::time::Instant::now();
@@ -556,22 +618,30 @@ impl Shared {
                     }
                 };
                 note_max(&self.counters.max_finish_us, t);
-                if let Some(b) = &out {
-                    self.counters.bytes_incorporated.fetch_add(
-                        b.meta().pages() * crate::storage::PAGE_SIZE as u64,
-                        Ordering::Relaxed,
-                    );
+                if let Some(b) = out {
+                    let bytes = b.meta().pages() * crate::storage::PAGE_SIZE as u64;
+                    self.counters
+                        .bytes_incorporated
+                        .fetch_add(bytes, Ordering::Relaxed);
+                    #[cfg(test)]
+                    self.written
+                        .lock()
+                        .push((Written::Incorporation, bytes, b.sample().clone()));
+                    inc.branches.push(b);
                 }
-                inc.built = Some(out);
             }
+            inc.piece += 1;
+            inc.built = inc.piece > inc.cuts.len();
         }
-        let Some(built) = inc.built.clone() else {
+        if !inc.built {
             return Ok(done);
-        };
+        }
+        let built = inc.branches.clone();
         {
             let mut st = self.state.lock();
             let t = std::time::Instant::now();
-            if built.is_some() && !Editor::root_has_room(&st.root, &self.limits) {
+            let need = built.len();
+            if need > 0 && !Editor::root_has_room(&st.root, &self.limits, need) {
                 // Room comes when compactions below let the root flush.
                 self.root_blocked.store(true, Ordering::Relaxed);
                 let mut root = st.root.clone();
@@ -587,7 +657,7 @@ impl Shared {
                     self.apply_effects(&mut st, fx);
                     self.publish(&mut st);
                 }
-                if !Editor::root_has_room(&st.root, &self.limits) {
+                if !Editor::root_has_room(&st.root, &self.limits, need) {
                     return Ok(done);
                 }
             }
@@ -596,9 +666,13 @@ impl Shared {
             let mut ids = st.ids;
             let mut claims = std::mem::take(&mut st.claims);
             let mut ed = Editor::new(&self.limits, &mut ids, &mut claims);
-            match built {
-                Some(b) => ed.incorporate(&mut root, b),
-                None => ed.settle_root(&mut root, None),
+            self.counters
+                .pieces
+                .fetch_add(need as u64, Ordering::Relaxed);
+            if need > 0 {
+                ed.incorporate(&mut root, built);
+            } else {
+                ed.settle_root(&mut root, None);
             }
             let fx = std::mem::take(&mut ed.out);
             st.claims = claims;
@@ -938,6 +1012,23 @@ impl Shared {
         let written = output
             .as_ref()
             .map_or(0, |b| b.meta().pages() * crate::storage::PAGE_SIZE as u64);
+        #[cfg(test)]
+        let record = output.as_ref().map(|b| {
+            let w = match &install {
+                Install::Batch { height, .. } => Written::Batch(*height),
+                Install::Full { .. } => Written::Full,
+                Install::Merge { .. } => Written::Merge,
+            };
+            (w, written, b.sample().clone())
+        });
+        let c = &self.counters;
+        let by_kind = match &install {
+            Install::Batch { height, .. } => {
+                &c.bytes_compacted_at[(*height as usize).min(HEIGHTS - 1)]
+            }
+            Install::Full { .. } => &c.bytes_full_compacted,
+            Install::Merge { .. } => &c.bytes_merged,
+        };
         let mut st = self.state.lock();
         st.open_jobs -= 1;
         if let Some(t) = st.tasks.get_mut(&id) {
@@ -946,9 +1037,10 @@ impl Shared {
         self.remove_task(&mut st, id);
         let installed = self.install(&mut st, install, output, share);
         if installed {
-            self.counters
-                .bytes_compacted
-                .fetch_add(written, Ordering::Relaxed);
+            c.bytes_compacted.fetch_add(written, Ordering::Relaxed);
+            by_kind.fetch_add(written, Ordering::Relaxed);
+            #[cfg(test)]
+            self.written.lock().extend(record);
         } else {
             self.counters.discarded.fetch_add(1, Ordering::Relaxed);
         }
@@ -1293,12 +1385,24 @@ impl Shared {
             ("commits", &c.commits),
             ("bytes_incorporated", &c.bytes_incorporated),
             ("bytes_compacted", &c.bytes_compacted),
+            ("bytes_full_compacted", &c.bytes_full_compacted),
+            ("bytes_merged", &c.bytes_merged),
+            ("pieces", &c.pieces),
+            ("units_moved", &c.units_moved),
             ("max_work_us", &c.max_work_us),
             ("max_commit_us", &c.max_commit_us),
             ("max_edit_us", &c.max_edit_us),
             ("max_finish_us", &c.max_finish_us),
         ] {
             s.counters.insert(k.into(), a.load(Ordering::Relaxed));
+        }
+        for (h, a) in c.bytes_compacted_at.iter().enumerate() {
+            let k = if h + 1 == HEIGHTS {
+                format!("bytes_compacted_h{h}_up")
+            } else {
+                format!("bytes_compacted_h{h}")
+            };
+            s.counters.insert(k, a.load(Ordering::Relaxed));
         }
         let st = self.state.lock();
         s.counters

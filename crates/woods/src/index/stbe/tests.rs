@@ -98,6 +98,10 @@ struct Harness {
     seq: u64,
     model: BTreeMap<Vec<u8>, Vec<u8>>,
     memtable_bytes: u64,
+    /// Units of one work step, and whether the trunk is checked after every step (tests of
+    /// larger loads take larger steps and check at the end).
+    step: u64,
+    check_steps: bool,
 }
 
 fn small_params(fanout: u32) -> StbeParams {
@@ -154,6 +158,8 @@ impl Harness {
             seq: 0,
             model: BTreeMap::new(),
             memtable_bytes,
+            step: 4096,
+            check_steps: true,
         }
     }
 
@@ -214,13 +220,17 @@ impl Harness {
     fn rotate(&mut self) {
         let mem = std::mem::replace(&mut self.mem, Arc::new(Memtable::new(0)));
         while self.index.debt() > 0 {
-            self.index.work(4096).expect("work");
-            self.check_structure();
+            self.index.work(self.step).expect("work");
+            if self.check_steps {
+                self.check_structure();
+            }
         }
         self.index.absorb(mem).expect("absorb");
         while !self.index.queue.lock().is_empty() {
-            self.index.work(4096).expect("work");
-            self.check_structure();
+            self.index.work(self.step).expect("work");
+            if self.check_steps {
+                self.check_structure();
+            }
         }
     }
 
@@ -295,8 +305,10 @@ impl Harness {
             if !self.index.background_work() {
                 return;
             }
-            self.index.work(8192).expect("work");
-            self.check_structure();
+            self.index.work(self.step.max(8192)).expect("work");
+            if self.check_steps {
+                self.check_structure();
+            }
         }
         panic!("work never finished");
     }
@@ -372,8 +384,8 @@ fn flush_is_pointer_only_and_refcounts_follow_references() {
     }
     let written = store.counters().snapshot().total_written();
     let mut ed = Editor::new(&limits, &mut ids, &mut claims);
-    ed.incorporate(&mut root, b.clone());
-    ed.incorporate(&mut root, c.clone());
+    ed.incorporate(&mut root, vec![b.clone()]);
+    ed.incorporate(&mut root, vec![c.clone()]);
     // Two branches in the root: no trigger holds yet.
     assert_eq!(ed.out.flushes, 0);
     // Force T2 by flushing through the policy with a tiny limit.
@@ -406,13 +418,40 @@ fn flush_is_pointer_only_and_refcounts_follow_references() {
     let d = branch_of(&store, 4, &["x1", "x2"]);
     let e = branch_of(&store, 5, &["y1"]);
     let mut ed = Editor::new(&tiny, &mut ids, &mut claims);
-    ed.incorporate(&mut root, d);
-    ed.incorporate(&mut root, e);
+    ed.incorporate(&mut root, vec![d]);
+    ed.incorporate(&mut root, vec![e]);
     assert_eq!(ed.out.trivial_flushes, ed.out.flushes);
     assert!(ed.out.batches.is_empty());
     assert!(root.children[0].node.branches[3..]
         .iter()
         .all(|r| r.batch == 0));
+    // A batch where one branch overlaps no other: that one moves by reference alone (a
+    // sequential run's piece), the two that overlap each other are compacted.
+    let f = branch_of(&store, 6, &["m1", "m2"]);
+    let g = branch_of(&store, 7, &["n1", "p1"]);
+    let k = branch_of(&store, 8, &["o1", "q1"]);
+    let mut ed = Editor::new(&tiny, &mut ids, &mut claims);
+    ed.incorporate(&mut root, vec![g.clone(), f.clone(), k.clone()]);
+    assert_eq!(
+        (ed.out.flushes, ed.out.trivial_flushes),
+        (1, 0),
+        "{:?}",
+        ed.out
+    );
+    let inputs: Vec<u64> = ed
+        .out
+        .batches
+        .iter()
+        .flat_map(|b| b.inputs.iter().map(|x| x.id))
+        .collect();
+    assert_eq!(inputs, vec![7, 8], "{:?}", ed.out);
+    assert_eq!(ed.out.moved_units, f.units());
+    let leaf = &root.children[0].node;
+    let tail: Vec<(u64, bool)> = leaf.branches[leaf.branches.len() - 3..]
+        .iter()
+        .map(|r| (r.branch.id, r.batch == 0))
+        .collect();
+    assert_eq!(tail, vec![(6, true), (7, false), (8, false)]);
 }
 
 #[test]
@@ -666,6 +705,116 @@ fn sequential_loads_move_data_down_without_rewriting_it() {
         seq_s.counters
     );
     assert!(ratio(&rnd_s) > 1.0, "{:?}", rnd_s.counters);
+}
+
+/// The bench's `fillmixed` keys: record `i` as 8 big-endian bytes, padded to 24 with '0'.
+fn record_key(i: u64) -> Vec<u8> {
+    let mut k = i.to_be_bytes().to_vec();
+    k.resize(24, b'0');
+    k
+}
+
+/// Loads records `0..n` as the bench's `fillmixed` does: `percent`% of the inserts extend an
+/// ascending run from record 0, evenly interleaved with the others (records above the run) in
+/// random order. Returns the drained harness and the user bytes written.
+fn load_mixed(n: u64, percent: u64, rng: &mut SmallRng) -> (Harness, u64) {
+    let mut h = Harness::new(small_params(8), 256 << 10);
+    h.step = 64 << 10;
+    h.check_steps = false;
+    let seq_n = n * percent / 100;
+    let mut random: Vec<u64> = (seq_n..n).collect();
+    for i in (1..random.len()).rev() {
+        random.swap(i, rng.gen_range(0..=i));
+    }
+    let (mut next_seq, mut random) = (0u64, random.into_iter());
+    let value = [5u8; 100];
+    for t in 0..n {
+        let sequential = (t + 1) * seq_n / n > t * seq_n / n;
+        let i = if sequential {
+            next_seq += 1;
+            next_seq - 1
+        } else {
+            random.next().expect("a random record left")
+        };
+        h.write(Kind::Put, &record_key(i), &value);
+    }
+    h.rotate();
+    h.drain();
+    (h, n * (24 + 100))
+}
+
+/// Issue 25 item 3: in a load mostly sequential, the random inserts used to spread every
+/// memtable's branch over the whole key space, so every flush made a batch that compacted the
+/// sequential part with them at every level, and write amplification stayed that of a random
+/// load (2.3 to 2.5 in the bench from 0% to 99% sequential). The memtable is now built as a
+/// branch per sequential run plus the rest; a run's branch overlaps nothing else in the
+/// batches it travels in and moves down by reference. Prints the bytes written by what wrote
+/// them and by sequential and random keys (a branch's share below the run's end, from its size
+/// sample).
+#[test]
+fn mixed_loads_move_their_sequential_runs_down_by_reference() {
+    let seed = seed("mixed_loads_move_their_sequential_runs_down_by_reference");
+    let scale: u64 = std::env::var("WOODS_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let n = 100_000 * scale.max(1);
+    let mut wa = Vec::new();
+    for percent in [0u64, 90, 99] {
+        let mut rng = SmallRng::seed_from_u64(seed ^ percent);
+        let (h, user) = load_mixed(n, percent, &mut rng);
+        h.assert_matches_model(&format!("seed {seed}, {percent}% sequential"));
+        h.check_structure();
+        h.index.check().expect("check");
+        let s = h.index.stats();
+        let written = s.counters["bytes_incorporated"] + s.counters["bytes_compacted"];
+        let boundary = record_key(n * percent / 100);
+        let mut by: BTreeMap<Written, (f64, f64)> = BTreeMap::new();
+        for (w, bytes, sample) in h.index.written.lock().iter() {
+            let total = sample.total().max(1) as f64;
+            let below = sample.below(Some(&boundary)) as f64 / total;
+            let e = by.entry(*w).or_default();
+            e.0 += *bytes as f64 * below / user as f64;
+            e.1 += *bytes as f64 * (1.0 - below) / user as f64;
+        }
+        let shown: Vec<String> = by
+            .iter()
+            .map(|(w, (q, r))| format!("{w:?} {q:.2} seq + {r:.2} random"))
+            .collect();
+        eprintln!(
+            "{percent}% sequential: WA {:.2} ({}), pieces {}, moved {:.2}; {}",
+            written as f64 / user as f64,
+            shown.join(", "),
+            s.counters["pieces"],
+            s.counters["units_moved"] as f64 / user as f64,
+            s.counters
+                .iter()
+                .filter(|(k, _)| k.contains("flushes") || k.contains("compactions"))
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let rewritten_seq: f64 = by
+            .iter()
+            .filter(|(w, _)| **w != Written::Incorporation)
+            .map(|(_, (q, _))| q)
+            .sum();
+        // (Not 0: a memtable too small for its run to be cut out, the last one, makes one
+        // branch over both kinds of key, and the flush carrying it compacts the sequential
+        // branches it overlaps: 0.10 with WOODS_SEED=1795808603273799647.)
+        assert!(
+            rewritten_seq < 0.15,
+            "seed {seed}, {percent}% sequential: sequential keys rewritten ({rewritten_seq:.2} \
+             of the user bytes)"
+        );
+        wa.push(written as f64 / user as f64);
+    }
+    // The floor is the memtables' own write (1.18 here: the run format's bytes per entry and
+    // a piece's filter and index pages), which the issue's 0.4 at 99% does not allow for.
+    assert!(
+        wa[1] <= 0.7 * wa[0] && wa[2] <= 0.6 * wa[0],
+        "seed {seed}: WA at 0%, 90%, 99% sequential: {wa:?}"
+    );
 }
 
 #[test]
