@@ -180,12 +180,28 @@ pub(crate) struct Buffered {
     pub entries: Vec<Entry>,
     /// The sum of [`units`] over `entries`.
     pub units: u64,
+    /// A buffer run that could not be read when the tree opened: the open succeeds, every read
+    /// returns this error (the run's entries, newer than the tree's, are unknown), work on the
+    /// buffer refuses, and `check` reports it.
+    pub damaged: Option<Error>,
 }
 
 impl Buffered {
     pub fn new(entries: Vec<Entry>) -> Buffered {
         let units = entries.iter().map(units).sum();
-        Buffered { entries, units }
+        Buffered {
+            entries,
+            units,
+            damaged: None,
+        }
+    }
+
+    /// Ok unless a run of the buffer was unreadable at open ([`Buffered::damaged`]).
+    pub fn intact(&self) -> Result<()> {
+        match &self.damaged {
+            Some(e) => Err(e.duplicate()),
+            None => Ok(()),
+        }
     }
 
     /// The index of the first entry at or after `p`.
@@ -197,6 +213,7 @@ impl Buffered {
     /// Appends the versions of `key` with seq <= `seq`, newest first, up to the first Put or
     /// Delete; returns whether one ended them.
     pub fn versions(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<bool> {
+        self.intact()?;
         let at = self
             .entries
             .partition_point(|e| cmp_entries(&e.key, e.seq, key, seq) == Ordering::Less);
@@ -235,6 +252,7 @@ impl Buffered {
         };
         let end = end.max(start);
         Box::new(SliceIter {
+            error: self.damaged.as_ref().map(Error::duplicate),
             buf: self.clone(),
             front: start,
             back: end,
@@ -245,6 +263,8 @@ impl Buffered {
 
 /// An iterator over `buf.entries[front..back]`, keeping the buffer alive.
 struct SliceIter {
+    /// The buffer's damage, yielded first.
+    error: Option<Error>,
     buf: Arc<Buffered>,
     front: usize,
     back: usize,
@@ -254,6 +274,9 @@ struct SliceIter {
 impl Iterator for SliceIter {
     type Item = Result<Entry>;
     fn next(&mut self) -> Option<Result<Entry>> {
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
         if self.front >= self.back {
             return None;
         }
@@ -268,21 +291,37 @@ impl Iterator for SliceIter {
     }
 }
 
-/// The buffer `meta` describes: the entries of its runs that no marker covers.
+/// The buffer `meta` describes: the entries of its runs that no marker covers. A run that
+/// reads as corrupt does not refuse the open: the buffer is returned marked
+/// [`Buffered::damaged`] (other errors, such as I/O failures, are returned).
 pub(crate) fn load(store: &Arc<PageFile>, meta: &BufferMeta) -> Result<Buffered> {
     let mut all = Vec::new();
+    let mut damaged = None;
     for m in &meta.runs {
-        let run = Arc::new(Run::open(store.clone(), m.clone())?);
-        for e in run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge) {
-            let e = e?;
-            if !meta.markers.iter().any(|k| k.covers(&e)) {
-                all.push(e);
+        let read = || -> Result<Vec<Entry>> {
+            let run = Arc::new(Run::open(store.clone(), m.clone())?);
+            let mut out = Vec::new();
+            for e in run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge) {
+                let e = e?;
+                if !meta.markers.iter().any(|k| k.covers(&e)) {
+                    out.push(e);
+                }
             }
+            Ok(out)
+        };
+        match read() {
+            Ok(entries) => all.extend(entries),
+            Err(e @ Error::Corruption { .. }) => {
+                damaged.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
         }
     }
     all.sort_by(|a, b| cmp_entries(&a.key, a.seq, &b.key, b.seq));
     all.dedup_by(|a, b| a.key == b.key && a.seq == b.seq);
-    Ok(Buffered::new(all))
+    let mut b = Buffered::new(all);
+    b.damaged = damaged;
+    Ok(b)
 }
 
 /// `a` and `b` (each in entry order) merged in entry order.

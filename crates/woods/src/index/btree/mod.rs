@@ -596,6 +596,7 @@ impl BTree {
     /// buffer (or, past [`buffer::MAX_RUNS`] runs, the whole buffer is rewritten as one), and
     /// the commit makes it durable so that the log can be released. Returns the units taken.
     fn absorb_into_buffer(&self, v: &Version, mem: Arc<Memtable>) -> Result<u64> {
+        v.buffer.intact()?;
         let entries: Vec<Entry> = mem
             .iter(Bound::Unbounded, Bound::Unbounded, false)
             .collect::<Result<_>>()?;
@@ -701,6 +702,7 @@ impl BTree {
             None => self.build_bins(v, policy)?,
         };
         let mut last_drain: Vec<(Pos, u64)> = Vec::new();
+        v.buffer.intact()?;
         let buf = v.buffer.clone();
         let n = buf.entries.len();
         let mut flushed = vec![false; n];
@@ -934,7 +936,7 @@ impl Index for BTree {
     ) -> Result<Vec<EntryIter>> {
         let v = self.version();
         let mut out: Vec<EntryIter> = Vec::with_capacity(2);
-        if !v.buffer.entries.is_empty() {
+        if !v.buffer.entries.is_empty() || v.buffer.damaged.is_some() {
             out.push(v.buffer.iter(&lo, &hi, reverse));
         }
         let reader = self.reader(v);
