@@ -169,8 +169,10 @@ pub struct StbeParams {
     /// Trigger T1: a node flushes its fullest child while its live data exceeds this. 0: `F·m`.
     /// Other than 0, at least 16 KiB.
     pub node_bytes: u64,
-    /// Leaf size target: a leaf is split, when a flush reaches it, into pieces of at most this
-    /// estimated size. 0: `F·m/2`. Other than 0, at least 16 KiB.
+    /// Leaf size target: a leaf whose settled branches (a flushed batch counts once its
+    /// compaction has installed) are estimated over this is split, at the next flush into it or
+    /// compaction install in it, into pieces of at most this estimated size. 0: `F·m/2`. Other
+    /// than 0, at least 16 KiB.
     pub leaf_bytes: u64,
     /// A leaf holding more than this many branches (pending batches counting one each) is
     /// compacted whole. 0: `3F`. At least 2, and `leaf_branches + 2 * flush_branches + 2` at

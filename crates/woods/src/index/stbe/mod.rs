@@ -10,8 +10,10 @@
 //! down the trunk when a node holds too much live data for its children (T1) or too many live
 //! branches for one child (T2) ([`policy`], [`edit`]); each node then compacts only the batch
 //! it received (flush-then-compact) less the branches that overlap no other branch of it and
-//! lie inside the node (they stay as they are), in the background or in writers' paced steps; leaves and
-//! internal nodes are split preemptively when a flush reaches them and merged when small.
+//! lie inside the node (they stay as they are), in the background or in writers' paced steps.
+//! Internal nodes are split preemptively when a flush reaches them; a leaf is split once its
+//! settled branches pass the leaf target (a flushed batch counts when its compaction installs),
+//! at the next flush into it or install in it; both are merged when small.
 //!
 //! Concurrency: readers load the published trunk version (an `Arc`) and take no lock. Edits
 //! (incorporations, flushes, splits, merges, installs) copy the nodes they change and publish
