@@ -26,6 +26,7 @@ pub mod stbe;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -167,6 +168,27 @@ pub struct IndexStats {
     pub entries: u64,
     /// Bytes of the index's filters (bloom or quotient).
     pub filter_bytes: u64,
+}
+
+impl IndexStats {
+    /// Stats of a `kind` of `height` that took in `absorbs` memtables, before its counters
+    /// and shape are added.
+    pub fn new(kind: impl Into<String>, height: u64, absorbs: &AtomicU64) -> IndexStats {
+        IndexStats {
+            kind: kind.into(),
+            height,
+            absorbs: absorbs.load(Ordering::Relaxed),
+            ..IndexStats::default()
+        }
+    }
+
+    /// Adds each named counter's current value.
+    pub fn count<'a>(&mut self, counters: impl IntoIterator<Item = (&'a str, &'a AtomicU64)>) {
+        for (name, a) in counters {
+            self.counters
+                .insert(name.to_owned(), a.load(Ordering::Relaxed));
+        }
+    }
 }
 
 /// The index contract.

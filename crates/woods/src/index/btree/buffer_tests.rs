@@ -40,13 +40,7 @@ fn key(i: u64) -> String {
 
 /// A memtable of `n` puts of random keys below `keys`, sequence numbers from `*seq + 1`;
 /// `model` learns each key's newest value.
-fn memtable(
-    n: u64,
-    keys: u64,
-    rng: &mut u64,
-    seq: &mut u64,
-    model: &mut std::collections::BTreeMap<String, String>,
-) -> Arc<Memtable> {
+fn memtable(n: u64, keys: u64, rng: &mut u64, seq: &mut u64, model: &mut Model) -> Arc<Memtable> {
     let mem = Memtable::new(0);
     for _ in 0..n {
         *seq += 1;
@@ -56,6 +50,41 @@ fn memtable(
         model.insert(k, v);
     }
     Arc::new(mem)
+}
+
+type Model = std::collections::BTreeMap<String, String>;
+
+/// A tree with an insertion buffer of `capacity` bytes under `policy`, on a fresh in-memory
+/// file system, after `rounds` memtables of `n` puts of random keys below `keys`, each worked
+/// off. Returns the file system, the tree, the last sequence number and the model.
+fn loaded(
+    policy: FlushPolicy,
+    capacity: u64,
+    rng: &mut u64,
+    (rounds, n, keys): (u32, u64, u64),
+) -> (FaultFs, BTree, u64, Model) {
+    let fs = FaultFs::new();
+    let ctx = fault_ctx(&fs, 64 << 10);
+    let tree = BTree::open(ctx, params(policy, capacity), &[], 0).expect("open");
+    let (mut seq, mut model) = (0, Model::new());
+    for _ in 0..rounds {
+        tree.absorb(memtable(n, keys, rng, &mut seq, &mut model))
+            .expect("absorb");
+        while tree.debt() > 0 {
+            tree.work(16 << 10).expect("work");
+        }
+    }
+    (fs, tree, seq, model)
+}
+
+/// The (key, sequence number) of every entry in the tree's buffer, in its order.
+fn buffered(tree: &BTree) -> Vec<(Arc<[u8]>, u64)> {
+    tree.version()
+        .buffer
+        .entries
+        .iter()
+        .map(|e| (e.key.clone(), e.seq))
+        .collect()
 }
 
 /// The leaf page of the tree at (`root`, `height`) whose range holds `e`, found by descending
@@ -71,7 +100,7 @@ fn leaf_of(tree: &BTree, root: u64, height: u32, e: &Entry) -> u64 {
     page
 }
 
-fn holds(tree: &BTree, model: &std::collections::BTreeMap<String, String>, seq: u64) {
+fn holds(tree: &BTree, model: &Model, seq: u64) {
     for (k, v) in model {
         let mut out = Vec::new();
         tree.get(k.as_bytes(), seq, &mut out).expect("get");
@@ -86,18 +115,7 @@ fn holds(tree: &BTree, model: &std::collections::BTreeMap<String, String>, seq: 
 fn one_flush_removes_exactly_one_leafs_entries() {
     for policy in FlushPolicy::ALL {
         let s = seed();
-        let mut rng = s;
-        let fs = FaultFs::new();
-        let ctx = fault_ctx(&fs, 64 << 10);
-        let tree = BTree::open(ctx, params(policy, 48 << 10), &[], 0).expect("open");
-        let (mut seq, mut model) = (0, std::collections::BTreeMap::new());
-        for _ in 0..12 {
-            tree.absorb(memtable(700, 20_000, &mut rng, &mut seq, &mut model))
-                .expect("absorb");
-            while tree.debt() > 0 {
-                tree.work(16 << 10).expect("work");
-            }
-        }
+        let (_fs, tree, seq, model) = loaded(policy, 48 << 10, &mut { s }, (12, 700, 20_000));
         let v = tree.version();
         assert!(
             v.height >= 2,
@@ -154,13 +172,7 @@ fn one_flush_removes_exactly_one_leafs_entries() {
             calls += 1;
             assert!(calls < 10_000);
         }
-        let after = tree.version();
-        let kept: Vec<(Arc<[u8]>, u64)> = after
-            .buffer
-            .entries
-            .iter()
-            .map(|e| (e.key.clone(), e.seq))
-            .collect();
+        let kept = buffered(&tree);
         let want: Vec<(Arc<[u8]>, u64)> = before
             .iter()
             .zip(&of_leaf)
@@ -182,26 +194,9 @@ fn one_flush_removes_exactly_one_leafs_entries() {
 fn the_buffer_survives_a_reopen_from_the_manifest() {
     for policy in FlushPolicy::ALL {
         let s = seed();
-        let mut rng = s;
-        let fs = FaultFs::new();
-        let ctx = fault_ctx(&fs, 64 << 10);
-        let tree = BTree::open(ctx, params(policy, 40 << 10), &[], 0).expect("open");
-        let (mut seq, mut model) = (0, std::collections::BTreeMap::new());
-        for _ in 0..30 {
-            tree.absorb(memtable(400, 5_000, &mut rng, &mut seq, &mut model))
-                .expect("absorb");
-            while tree.debt() > 0 {
-                tree.work(16 << 10).expect("work");
-            }
-        }
-        let buffered: Vec<(Arc<[u8]>, u64)> = tree
-            .version()
-            .buffer
-            .entries
-            .iter()
-            .map(|e| (e.key.clone(), e.seq))
-            .collect();
-        assert!(!buffered.is_empty());
+        let (fs, tree, seq, model) = loaded(policy, 40 << 10, &mut { s }, (30, 400, 5_000));
+        let before = buffered(&tree);
+        assert!(!before.is_empty());
         assert_eq!(tree.durable_seq(), seq);
         drop(tree);
         let (ctx, state) = reopen_fault_ctx(&fs, 64 << 10);
@@ -212,15 +207,9 @@ fn the_buffer_survives_a_reopen_from_the_manifest() {
             state.durable_seq,
         )
         .expect("reopen");
-        let again: Vec<(Arc<[u8]>, u64)> = tree
-            .version()
-            .buffer
-            .entries
-            .iter()
-            .map(|e| (e.key.clone(), e.seq))
-            .collect();
         assert_eq!(
-            again, buffered,
+            buffered(&tree),
+            before,
             "{policy:?} seed {s}: the buffer after a reopen"
         );
         holds(&tree, &model, seq);

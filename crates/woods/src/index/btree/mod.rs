@@ -80,6 +80,32 @@ struct Job {
     freed: Vec<Extent>,
 }
 
+impl Job {
+    /// A job over `input` that starts from the tree of version `v`: a memtable's merge
+    /// (`mem`) or a drain of the insertion buffer (`drain`, applying `total` units).
+    fn new(
+        v: &Version,
+        input: EntryIter,
+        mem: Option<Arc<Memtable>>,
+        drain: Option<Drain>,
+        total: u64,
+    ) -> Job {
+        Job {
+            mem,
+            drain,
+            input: input.peekable(),
+            total,
+            leaf_outs: Vec::new(),
+            done: 0,
+            root: v.root,
+            height: v.height,
+            entries_in_tree: v.entries as i64,
+            fresh: HashMap::new(),
+            freed: Vec::new(),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     absorbs: AtomicU64,
@@ -761,23 +787,12 @@ impl BTree {
             .fetch_add(planned.len() as u64, Ordering::Relaxed);
         let watermark = buf.entries.iter().map(|e| e.seq).max().unwrap_or(0);
         let input: EntryIter = Box::new(planned.into_iter().map(Ok));
-        Ok(Job {
-            mem: None,
-            drain: Some(Drain {
-                buffer: buf,
-                flushed,
-                watermark,
-            }),
-            input: input.peekable(),
-            total: freed,
-            leaf_outs: Vec::new(),
-            done: 0,
-            root: v.root,
-            height: v.height,
-            entries_in_tree: v.entries as i64,
-            fresh: HashMap::new(),
-            freed: Vec::new(),
-        })
+        let drain = Drain {
+            buffer: buf,
+            flushed,
+            watermark,
+        };
+        Ok(Job::new(v, input, None, Some(drain), freed))
     }
 
     /// The buffer and its metadata once drain `d` is in the tree: the flushed entries leave
@@ -864,19 +879,7 @@ impl Index for BTree {
             };
             let v = self.version();
             let input: EntryIter = Box::new(mem.iter(Bound::Unbounded, Bound::Unbounded, false));
-            *slot = Some(Job {
-                mem: Some(mem),
-                drain: None,
-                input: input.peekable(),
-                total: 0,
-                leaf_outs: Vec::new(),
-                done: 0,
-                root: v.root,
-                height: v.height,
-                entries_in_tree: v.entries as i64,
-                fresh: HashMap::new(),
-                freed: Vec::new(),
-            });
+            *slot = Some(Job::new(&v, input, Some(mem), None, 0));
         }
         let Some(job) = slot.as_mut() else {
             return Ok(0);
@@ -947,38 +950,28 @@ impl Index for BTree {
     fn stats(&self) -> IndexStats {
         let v = self.version();
         let c = &self.counters;
-        let mut s = IndexStats {
-            kind: crate::options::IndexKind::BTree(self.params.clone())
-                .name()
-                .into(),
-            height: v.height as u64,
-            entries: v.entries + v.buffer.entries.len() as u64,
-            ..Default::default()
-        };
-        s.absorbs = c.absorbs.load(Ordering::Relaxed);
-        for (k, a) in [
+        let name = crate::options::IndexKind::BTree(self.params.clone()).name();
+        let mut s = IndexStats::new(name, v.height as u64, &c.absorbs);
+        s.entries = v.entries + v.buffer.entries.len() as u64;
+        s.count([
             ("steps", &c.steps),
             ("pages_written", &c.pages_written),
             ("splits", &c.splits),
             ("blobs", &c.blobs),
-        ] {
-            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
-        }
+        ]);
         s.shape.push(format!(
             "height {} root page {} entries {}",
             v.height, v.root, v.entries
         ));
         if let Some(cap) = self.capacity {
-            for (k, a) in [
+            s.count([
                 ("leaf_flushes", &c.leaf_flushes),
                 ("entries_flushed", &c.entries_flushed),
                 ("drains", &c.drains),
                 ("buffer_runs_written", &c.buffer_runs),
                 ("buffer_rewrites", &c.buffer_rewrites),
                 ("golden_gate_choices", &c.gg_choices),
-            ] {
-                s.counters.insert(k.into(), a.load(Ordering::Relaxed));
-            }
+            ]);
             s.counters
                 .insert("buffer_entries".into(), v.buffer.entries.len() as u64);
             let flushes = c.leaf_flushes.load(Ordering::Relaxed);

@@ -522,21 +522,14 @@ impl Index for Lsm {
         let v = self.version();
         let c = &self.counters;
         let tables: u64 = v.levels.iter().map(|l| l.len() as u64).sum();
-        let mut s = IndexStats {
-            kind: "lsm".into(),
-            height: v.height(),
-            ..Default::default()
-        };
-        s.absorbs = c.absorbs.load(Ordering::Relaxed);
-        for (k, a) in [
+        let mut s = IndexStats::new("lsm", v.height(), &c.absorbs);
+        s.count([
             ("flushes", &c.flushes),
             ("compactions", &c.compactions),
             ("trivial_moves", &c.trivial_moves),
             ("bytes_flushed", &c.bytes_flushed),
             ("bytes_compacted", &c.bytes_compacted),
-        ] {
-            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
-        }
+        ]);
         s.counters.insert("tables".into(), tables);
         for (i, l) in v.levels.iter().enumerate() {
             let bytes = v.level_bytes(i);

@@ -1036,13 +1036,8 @@ impl Index for Pbt {
     fn stats(&self) -> IndexStats {
         let st = self.state();
         let c = &self.counters;
-        let mut s = IndexStats {
-            kind: "pbt".into(),
-            height: st.height as u64,
-            absorbs: c.absorbs.load(Ordering::Relaxed),
-            ..Default::default()
-        };
-        for (k, a) in [
+        let mut s = IndexStats::new("pbt", st.height as u64, &c.absorbs);
+        s.count([
             ("splits", &c.splits),
             ("switches", &c.switches),
             ("evictions", &c.evictions),
@@ -1056,9 +1051,7 @@ impl Index for Pbt {
             ("range_skips", &c.range_skips),
             ("bloom_skips", &c.bloom_skips),
             ("partition_probes", &c.probes),
-        ] {
-            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
-        }
+        ]);
         s.counters
             .insert("partitions".into(), st.persisted.len() as u64);
         s.shape.push(format!(

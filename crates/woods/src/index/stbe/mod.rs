@@ -1373,7 +1373,7 @@ impl Shared {
         let c = &self.counters;
         let mut s = check::shape(&v, &self.limits);
         s.absorbs = c.absorbs.load(Ordering::Relaxed);
-        for (k, a) in [
+        s.count([
             ("incorporations", &c.incorporations),
             ("flushes", &c.flushes),
             ("trivial_flushes", &c.trivial_flushes),
@@ -1395,9 +1395,7 @@ impl Shared {
             ("max_commit_us", &c.max_commit_us),
             ("max_edit_us", &c.max_edit_us),
             ("max_finish_us", &c.max_finish_us),
-        ] {
-            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
-        }
+        ]);
         for (h, a) in c.bytes_compacted_at.iter().enumerate() {
             let k = if h + 1 == HEIGHTS {
                 format!("bytes_compacted_h{h}_up")
