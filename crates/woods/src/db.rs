@@ -219,6 +219,10 @@ struct Inner {
     sched_room: AtomicU64,
     /// Steps of index work the background threads have finished since open.
     bg_steps: AtomicU64,
+    /// Log files whose memtables the index holds durably, not yet removed: a writer leaves
+    /// their removal (and the directory sync after it) to the background threads, when there
+    /// are any ([`Inner::writer_work`]).
+    retired_logs: Mutex<Vec<u64>>,
     /// `bg_steps` when a writer's pacing wait last ended without a single background step
     /// (`u64::MAX`: never): until the threads finish another step, writers behind the schedule
     /// do their share without waiting for them first.
@@ -709,6 +713,7 @@ impl Db {
             sched_room: AtomicU64::new(0),
             bg_steps: AtomicU64::new(0),
             fruitless_at: AtomicU64::new(u64::MAX),
+            retired_logs: Mutex::new(Vec::new()),
             paced,
             io,
             _lock: lock,
@@ -1288,7 +1293,7 @@ impl Inner {
                 let t = Instant::now();
                 while self.index.stall() == Stall::Stop {
                     self.check_failed()?;
-                    self.do_work(self.step_bytes())?;
+                    self.writer_work(self.step_bytes())?;
                 }
                 self.record_stall(t);
                 Ok(())
@@ -1379,7 +1384,7 @@ impl Inner {
         if behind > 0 && owed.min(behind) >= step.min(debt) {
             let take = self.pace_owed.swap(0, Ordering::Relaxed).min(behind);
             if take > 0 {
-                done = self.do_work(take)?;
+                done = self.writer_work(take)?;
             }
         }
         if waited || done > 0 {
@@ -1466,6 +1471,23 @@ impl Inner {
         Ok(done)
     }
 
+    /// Index work in a writer's path (pacing, a rotation, a stall). No index kind's `work`
+    /// syncs (each commits in a committer thread of its own) but `btree`, `pbt`, `boa` and
+    /// `lsm`; what is left is the removal of the log files the index now holds durably and the
+    /// directory sync after it, which a writer leaves to the background threads when there are
+    /// any: it only drops those memtables. So while background threads exist, no writer's put
+    /// pays an fsync for the index's work on those kinds.
+    fn writer_work(&self, budget: u64) -> Result<u64> {
+        if self.opts.background_threads == 0 {
+            return self.do_work(budget);
+        }
+        self.check_failed()?;
+        let r = self.index.work(budget);
+        let done = self.note(r)?;
+        self.release_memtables();
+        Ok(done)
+    }
+
     /// Makes room for `needed` more bytes in the active memtable: returns as soon as it has
     /// them (another writer may have swapped it meanwhile), else works inline in bounded steps
     /// until the index can take the active memtable, and swaps it. Pacing leaves less than a
@@ -1501,7 +1523,13 @@ impl Inner {
             }
             drop(w);
             waited = writing;
-            done = done.saturating_add(self.do_work(self.step_bytes())?);
+            let step = self.step_bytes();
+            let r = if writing {
+                self.writer_work(step)
+            } else {
+                self.do_work(step)
+            };
+            done = done.saturating_add(r?);
         }
     }
 
@@ -1540,26 +1568,50 @@ impl Inner {
 
     /// Drops frozen memtables the index holds durably, and their log files.
     fn reap(&self) -> Result<()> {
+        self.release_memtables();
+        self.remove_logs()
+    }
+
+    /// Drops frozen memtables the index holds durably; their log files wait in `retired_logs`
+    /// for [`Inner::remove_logs`].
+    fn release_memtables(&self) {
         let durable = self.index.durable_seq();
-        let gone: Vec<Arc<Memtable>> = {
-            let mut m = self.mems.write();
-            let n = m
-                .frozen
+        let ready = |m: &MemState| {
+            m.frozen
                 .iter()
                 .take_while(|f| f.max_seq() <= durable)
-                .count();
+                .count()
+        };
+        if ready(&self.mems.read()) == 0 {
+            return;
+        }
+        let gone: Vec<Arc<Memtable>> = {
+            let mut m = self.mems.write();
+            let n = ready(&m);
             m.frozen.drain(..n).collect()
         };
-        if gone.is_empty() {
+        let mut logs = self.retired_logs.lock();
+        logs.extend(
+            gone.iter()
+                .map(|m| m.wal_number())
+                .filter(|&n| n != 0 && self.wal.is_some()),
+        );
+    }
+
+    /// Removes the log files of memtables the index holds durably, then syncs the directory.
+    fn remove_logs(&self) -> Result<()> {
+        // Taken under the lock and removed after it: another caller finds the list empty.
+        let numbers = std::mem::take(&mut *self.retired_logs.lock());
+        if numbers.is_empty() {
             return Ok(());
         }
         if let Some(wal) = &self.wal {
             let mut removed = false;
-            for mem in &gone {
-                if mem.wal_number() != 0 {
+            for n in numbers {
+                {
                     // Durable in the index: no later sync needs to cover its log file.
-                    wal.retire(mem.wal_number());
-                    let p = wal::wal_file_path(&self.dir, mem.wal_number());
+                    wal.retire(n);
+                    let p = wal::wal_file_path(&self.dir, n);
                     if self.fs.exists(&p) {
                         let r = self.fs.remove(&p);
                         self.note(r)?;
@@ -1590,7 +1642,8 @@ impl Inner {
             self.index.request_flush();
             let pending = !self.mems.read().frozen.is_empty();
             if !pending && self.index.debt() == 0 {
-                return Ok(());
+                // Log files a writer left for the background threads.
+                return self.remove_logs();
             }
             let done = self.do_work(self.step_bytes())?;
             if done == 0 && self.index.debt() == 0 {
@@ -1632,6 +1685,11 @@ impl Inner {
                 let _ = self.note(wal.prepare_next());
             }
             let failed = self.failure.is_tripped();
+            if !failed {
+                // What the index made durable since (its committer thread may have done so
+                // after this thread's last step), and the log files writers left to the threads.
+                let _ = self.note(self.reap());
+            }
             if failed || !self.index.background_work() {
                 // Idle for a while: the free space kept for reuse in place goes back to the file
                 // system (not at every pause between jobs, which would undo the reserve).

@@ -942,7 +942,10 @@ pub struct Options {
     /// `Options::wal`).
     pub durability: Durability,
     /// Threads doing index work in the background (default 1; 0 = writers do all work
-    /// inline). At most 64 (`background_threads above 64`).
+    /// inline). At most 64 (`background_threads above 64`). Either way `nbtree`, `stbe`,
+    /// `lsa`, `iam` and `fdtree` make their work durable (data-file sync, manifest commit) in a
+    /// committer thread of their own, so a writer never syncs for them; with threads, a writer
+    /// also leaves the removal of log files (and its directory sync) to them.
     pub background_threads: usize,
     /// Merge operator; its name is *persisted* once a Merge entry has been written. A merge
     /// without one is [`Error::MergeOperator`]; so is opening a database that holds merge

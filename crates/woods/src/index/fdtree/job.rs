@@ -63,8 +63,10 @@ pub fn plan(levels: &[LevelSize], mem_entries: u64, mem_pages: u64, k: u64, l0: 
 }
 
 /// What one call of `work` did, by the stage it found the job in: opening a cascade (and its
-/// first step), merging, writing fence levels, finishing a run, committing.
-pub const STEP_KINDS: [&str; 5] = ["start", "merge", "fences", "finish", "commit"];
+/// first step), merging, writing fence levels, finishing a run, publishing (a job whose last
+/// level is built; the step that builds it publishes it in the same call now, so that one
+/// stays 0).
+pub const STEP_KINDS: [&str; 5] = ["start", "merge", "fences", "finish", "publish"];
 
 /// The tree's sizes a job needs: k, |L0| and the pages a merge writes in one request.
 #[derive(Clone, Copy, Debug)]

@@ -26,10 +26,15 @@
 //! `L'_0` fills, and `L'_0` never holds fences: the new head fences are installed with the new
 //! levels in one version switch. No insert then does more than one step of merge work: about
 //! `max(memtable_bytes / 256, 16 KiB)` of entries moved, written in requests of 16 pages
-//! ([`FdTree::chunk_pages`]) behind the step, two at most in flight, or finishes one run (its
+//! ([`Tree::chunk_pages`]) behind the step, two at most in flight, or finishes one run (its
 //! last chunk): at most `step + 48 pages` written, plus the index pages and header
-//! of a run and a manifest commit when the step finishes one (tested by
-//! `deamortized_work_is_bounded_per_call`).
+//! of a run when the step finishes one (tested by `deamortized_work_is_bounded_per_call`).
+//!
+//! A finished cascade is published at once (readers and the next cascade use it) and made
+//! durable by the index's committer thread ([`super::committer`]: a data file sync, then one
+//! manifest commit of whatever version is published then), as `nbtree` and `stbe` do, so that
+//! no `work` call, and so no writer paying debt, ever syncs. Until a commit that no longer
+//! names an extent is durable, the last committed version keeps it allocated.
 
 pub mod check;
 pub mod cost;
@@ -39,6 +44,7 @@ pub mod version;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,6 +53,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::job::{capacity, Job, Sizing, STEP_KINDS};
 use self::version::{decode_meta, encode_meta, open_levels, Level, Version};
+use super::committer::{Committer, Durable, WithCommitter};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -55,16 +62,7 @@ use crate::memtable::Memtable;
 use crate::merge::EntryIter;
 use crate::options::FdTreeParams;
 use crate::run::{RunIter, AUX_CONT_PREV};
-use crate::storage::{Extent, Purpose, PAGE_SIZE};
-
-/// De-amortized, the debt carries `1/COMMIT_SLACK` of the cascade's estimate on top of the
-/// work left, paid only by the commit: the Db's pacing, which works the debt off as the next
-/// head tree fills, then ends the merge work with about a quarter of that head tree still
-/// free, time for the commit's data sync and manifest commit before the head tree is full.
-/// (The paper's rate, `⌈N_merge/(|L0| − F_new)⌉` per insert, ends the merge as `L'_0` fills;
-/// it has no syncs. Without the slack a commit whose syncs took 280 ms on this machine made
-/// the insert that filled the head tree wait for them.)
-const COMMIT_SLACK: u64 = 4;
+use crate::storage::{Extent, PageFile, Purpose, PAGE_SIZE};
 
 #[derive(Default)]
 struct Counters {
@@ -88,12 +86,21 @@ struct Counters {
     step_max_micros: [AtomicU64; 5],
     step_max_bytes: [AtomicU64; 5],
     /// The most work units a cascade did beyond its estimate (debt then reads 1 until it
-    /// commits, and the Db's pacing no longer charges writers for what is left).
+    /// is published, and the Db's pacing no longer charges writers for what is left).
     estimate_overrun: AtomicU64,
+    /// Commits the committer thread made, and the longest (data sync and manifest commit).
+    commits: AtomicU64,
+    commit_max_micros: AtomicU64,
 }
 
-/// The FD-tree index.
-pub struct FdTree {
+/// The last committed version and the extents its levels reach.
+struct Committed {
+    version: Arc<Version>,
+    extents: HashSet<Extent>,
+}
+
+/// The FD-tree's state, shared with the thread that commits it.
+pub struct Tree {
     ctx: IndexContext,
     params: FdTreeParams,
     /// k and |L0| in items, as resolved when the tree was created.
@@ -106,12 +113,20 @@ pub struct FdTree {
     job: Mutex<Option<Job>>,
     /// Work units left: 0 when ready for the next memtable.
     debt: AtomicU64,
+    /// What the last durable commit covers.
     durable: AtomicU64,
+    /// The last committed version: it keeps every extent it reaches allocated, and through its
+    /// epoch every extent retired since, until a newer commit is durable.
+    committed: Mutex<Committed>,
+    committer: Committer,
     counters: Counters,
 }
 
+/// The FD-tree index: [`Tree`] and the thread that makes its versions durable.
+pub type FdTree = WithCommitter<Tree>;
+
 impl FdTree {
-    /// Opens the tree from its manifest metadata (empty: a new tree).
+    /// Opens the tree from its manifest metadata (empty: a new tree) and starts its committer.
     pub fn open(
         ctx: IndexContext,
         params: FdTreeParams,
@@ -146,20 +161,37 @@ impl FdTree {
             let m = decode_meta(meta)?;
             (m.k, m.l0, open_levels(&ctx.store, m.levels), None)
         };
-        Ok(FdTree {
+        let version = Arc::new(Version::new(levels, head, epoch, durable_seq));
+        let tree = Tree {
             ctx,
             params,
             k,
             l0,
-            current: RwLock::new(Arc::new(Version::new(levels, head, epoch))),
+            current: RwLock::new(version.clone()),
             queued: Mutex::new(None),
             job: Mutex::new(None),
             debt: AtomicU64::new(0),
             durable: AtomicU64::new(durable_seq),
+            committed: Mutex::new(Committed {
+                extents: extents_of(&version.levels),
+                version,
+            }),
+            committer: Committer::default(),
             counters: Counters::default(),
-        })
+        };
+        WithCommitter::start("fdtree-commit", tree)
     }
+}
 
+/// Every extent of every level.
+fn extents_of(levels: &[Arc<Level>]) -> HashSet<Extent> {
+    levels
+        .iter()
+        .flat_map(|l| l.extents().iter().copied())
+        .collect()
+}
+
+impl Tree {
     /// k, the capacity ratio of adjacent levels.
     pub fn ratio(&self) -> u64 {
         self.k
@@ -196,24 +228,14 @@ impl FdTree {
         self.counters.largest_step.load(Ordering::Relaxed)
     }
 
-    /// The debt: the cascade's units left, and de-amortized a quarter of its estimate on top
-    /// until it commits ([`COMMIT_SLACK`]).
+    /// The debt: the cascade's units left (its commit is no debt: the committer thread makes
+    /// a published cascade durable while the next head tree fills).
     fn refresh_debt(&self, job: &Option<Job>) {
-        let slack = |total: u64| {
-            if self.params.deamortized {
-                total / COMMIT_SLACK
-            } else {
-                0
-            }
-        };
         let d = match job {
-            Some(j) => j.debt() + slack(j.total),
+            Some(j) => j.debt(),
             None => match &*self.queued.lock() {
                 // Not started yet: the work its plan estimates.
-                Some(m) => {
-                    let e = Job::estimate(m, &self.version(), self.k, self.l0).max(1);
-                    e + slack(e)
-                }
+                Some(m) => Job::estimate(m, &self.version(), self.k, self.l0).max(1),
                 None => 0,
             },
         };
@@ -221,8 +243,9 @@ impl FdTree {
     }
 
     /// Runs the cascade: all of it in plain mode, about `budget` units de-amortized, where
-    /// opening the cascade, each step and the commit are separate calls. Returns the units
-    /// done and which of [`STEP_KINDS`] the call was.
+    /// opening the cascade and each step are separate calls (the step that builds the last
+    /// level publishes the cascade). Returns the units done and which of [`STEP_KINDS`] the
+    /// call was.
     fn run_job(&self, slot: &mut Option<Job>, budget: u64) -> Result<(u64, usize)> {
         let mut kind = slot.as_ref().map_or(0, Job::next_step_kind);
         if slot.is_none() {
@@ -248,8 +271,10 @@ impl FdTree {
         let mut done = 0u64;
         if self.params.deamortized {
             if !job.ready() {
-                // The commit (a data sync and a manifest commit) is a call of its own.
-                return Ok((job.step(budget.max(1))?.max(1), kind));
+                done = job.step(budget.max(1))?.max(1);
+            }
+            if !job.ready() {
+                return Ok((done, kind));
             }
         } else {
             // The whole cascade in this call.
@@ -263,13 +288,14 @@ impl FdTree {
             self.counters
                 .estimate_overrun
                 .fetch_max(job.done.saturating_sub(job.total), Ordering::Relaxed);
-            self.commit(job)?;
+            self.publish(job);
         }
         Ok((done.max(1), kind))
     }
 
-    /// Makes a finished cascade durable (data file sync, manifest commit) and publishes it.
-    fn commit(&self, job: Job) -> Result<()> {
+    /// Publishes a finished cascade (readers and the next cascade see it at once) and asks the
+    /// committer thread to make it durable. No I/O: the cascade's pages are written already.
+    fn publish(&self, job: Job) {
         let base = job.base.clone();
         let target = job.target;
         let mut levels: Vec<Arc<Level>> = Vec::new();
@@ -286,23 +312,7 @@ impl FdTree {
             .take(target)
             .flat_map(|l| l.extents().iter().copied())
             .collect();
-        let added: Vec<Extent> = job
-            .built
-            .iter()
-            .flat_map(|l| l.extents().iter().copied())
-            .collect();
-        let durable_seq = job.mem.max_seq().max(self.durable.load(Ordering::Acquire));
-        let r = self.ctx.store.sync().and_then(|()| {
-            self.ctx.manifest.commit(Commit {
-                index_meta: encode_meta(self.k, self.l0, &levels),
-                durable_seq,
-                added,
-                freed: retired.clone(),
-            })
-        });
-        // On failure the manifest may or may not hold the new levels: their pages stay
-        // allocated.
-        r?;
+        let seq = job.mem.max_seq().max(base.seq);
         let epoch = base.epoch.advance(retired);
         let c = &self.counters;
         c.merges.fetch_add(1, Ordering::Relaxed);
@@ -336,13 +346,58 @@ impl FdTree {
         );
         c.entries_merged
             .fetch_add(job.mem.len() as u64, Ordering::Relaxed);
-        *self.current.write() = Arc::new(Version::new(levels, Some(head), epoch));
-        self.durable.store(durable_seq, Ordering::Release);
-        let mut q = self.queued.lock();
-        if q.as_ref().is_some_and(|m| Arc::ptr_eq(m, &job.mem)) {
-            *q = None;
+        *self.current.write() = Arc::new(Version::new(levels, Some(head), epoch, seq));
+        {
+            let mut q = self.queued.lock();
+            if q.as_ref().is_some_and(|m| Arc::ptr_eq(m, &job.mem)) {
+                *q = None;
+            }
         }
-        Ok(())
+        self.committer.request();
+    }
+
+    /// Commits the published version if it is not the committed one (the committer thread):
+    /// syncs the data file when the version has new levels, then one manifest commit of the
+    /// levels, listing the extents they reach that the last commit did not (added) and the
+    /// other way round (freed). Returns whether it committed.
+    fn commit_published(&self) -> Result<bool> {
+        let mut c = self.committed.lock();
+        let t = std::time::Instant::now();
+        let v = self.version();
+        if Arc::ptr_eq(&v, &c.version) {
+            return Ok(false);
+        }
+        let now = extents_of(&v.levels);
+        let added: Vec<Extent> = now.difference(&c.extents).copied().collect();
+        let freed: Vec<Extent> = c.extents.difference(&now).copied().collect();
+        if !added.is_empty() {
+            self.ctx.store.sync()?;
+        }
+        // A failed commit may still have reached the manifest: the committed version stays, so
+        // its runs stay allocated, and the Db turns read-only (the committer keeps the error).
+        self.ctx.manifest.commit(Commit {
+            index_meta: encode_meta(self.k, self.l0, &v.levels),
+            durable_seq: v.seq,
+            added,
+            freed,
+        })?;
+        self.durable.store(v.seq, Ordering::Release);
+        *c = Committed {
+            version: v,
+            extents: now,
+        };
+        let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .commit_max_micros
+            .fetch_max(us, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version();
+        !Arc::ptr_eq(&published, &self.committed.lock().version)
     }
 
     /// Appends the versions of `key` visible at `seq` found in level `i` of `v`, reading the
@@ -431,6 +486,20 @@ impl Iterator for Pinned {
     }
 }
 
+impl Durable for Tree {
+    fn commit(&self) -> Result<bool> {
+        self.commit_published()
+    }
+
+    fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    fn store(&self) -> &PageFile {
+        &self.ctx.store
+    }
+}
+
 impl Index for FdTree {
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
@@ -447,7 +516,21 @@ impl Index for FdTree {
     }
 
     fn work(&self, budget: u64) -> Result<u64> {
+        self.committer.error()?;
         let mut slot = self.job.lock();
+        if slot.is_none() && self.queued.lock().is_none() {
+            drop(slot);
+            if !self.dirty() && !self.committer.busy() {
+                return Ok(0);
+            }
+            // Nothing to do but make the tree durable (the committer does the I/O). The Db
+            // calls `work` with no debt only from a background thread, a flush or a close,
+            // which call again until it is done.
+            self.committer.request();
+            self.committer
+                .wait_for(std::time::Duration::from_millis(1))?;
+            return Ok(1);
+        }
         let started = std::time::Instant::now();
         let wrote = self.merge_written();
         let r = self.run_job(&mut slot, budget);
@@ -470,6 +553,10 @@ impl Index for FdTree {
 
     fn durable_seq(&self) -> u64 {
         self.durable.load(Ordering::Acquire)
+    }
+
+    fn background_work(&self) -> bool {
+        self.debt() > 0 || self.dirty() || self.committer.busy()
     }
 
     /// Spec §4.1: the head fence for `key`, then one page per level following fences, newest
@@ -531,6 +618,8 @@ impl Index for FdTree {
             ("merge_items_read", &c.items_read),
             ("merge_items_written", &c.items_written),
             ("merge_micros", &c.merge_micros),
+            ("commits", &c.commits),
+            ("commit_max_micros", &c.commit_max_micros),
         ] {
             s.counters.insert(name.into(), a.load(Ordering::Relaxed));
         }
@@ -590,7 +679,7 @@ impl Index for FdTree {
     }
 }
 
-impl FdTree {
+impl Tree {
     fn kind_name(&self) -> &'static str {
         if self.params.deamortized {
             "fdtree-d"

@@ -100,6 +100,8 @@ impl Harness {
             assert!(calls < 1_000_000, "the cascade does not end");
         }
         self.max_calls = self.max_calls.max(calls);
+        // The committer thread makes the published cascade durable.
+        self.tree.committer().wait().expect("commit");
         assert!(self.tree.durable_seq() >= self.seq);
     }
 

@@ -84,6 +84,9 @@ pub struct Version {
     /// L1 on first use after an open).
     head: OnceLock<Arc<Vec<HeadFence>>>,
     pub(crate) epoch: Arc<Epoch>,
+    /// Every write up to this sequence number is in the levels (durable once a commit of this
+    /// version is).
+    pub seq: u64,
 }
 
 impl Version {
@@ -92,6 +95,7 @@ impl Version {
         levels: Vec<Arc<Level>>,
         head: Option<Vec<HeadFence>>,
         epoch: Arc<Epoch>,
+        seq: u64,
     ) -> Version {
         let cell = OnceLock::new();
         if let Some(h) = head {
@@ -101,6 +105,7 @@ impl Version {
             levels,
             head: cell,
             epoch,
+            seq,
         }
     }
 

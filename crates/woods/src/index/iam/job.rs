@@ -1,8 +1,9 @@
 //! Resumable steps (issue 19 item 3): a memtable flush, a node flush, a combine or a split is
 //! a [`Job`] planned from one version and advanced by `work(budget)` a bounded amount at a
 //! time. Its input stream, its run builders and its half-finished nodes are kept between calls,
-//! and the call that completes the last node commits the job, so no caller of `work`, and no
-//! writer paying debt, waits for a whole node flush.
+//! and the call that completes the last node publishes the job (the committer thread makes it
+//! durable), so no caller of `work`, and no writer paying debt, waits for a whole node flush
+//! or for a sync.
 //!
 //! One call of [`Job::advance`] with budget `b` bytes does one of these:
 //! - moves entries into run builders until `b` user bytes have passed (plus the entry that
@@ -13,13 +14,13 @@
 //! - or one bounded step of finishing a node's run ([`RunBuilder::finish_step`]): index pages
 //!   for about `b` bytes, or the filter hashed for `b / 8` keys; the step that completes the
 //!   filter writes the filter's pages and the header (about 1 % of the node's data);
-//! - and, when that was the last node, the job's commit (a data-file sync and a manifest
-//!   record).
+//! - and, when that was the last node, the job's publication (no I/O; the committer thread
+//!   syncs the data file and appends the manifest record).
 //!
 //! A job is planned from the version it started on, which no other step changes while it runs
-//! (one job at a time), and readers keep reading that version until the commit publishes the
-//! next. A failed call abandons the job: what it wrote lies past committed region cursors or in
-//! extents no committed metadata names, as a whole step's failure left it before.
+//! (one job at a time), and readers keep reading that version until the job publishes the
+//! next. A failed call abandons the job: what it wrote lies past published region cursors or
+//! in extents no version names, as a whole step's failure left it before.
 
 use std::collections::VecDeque;
 use std::iter::Peekable;
@@ -32,7 +33,7 @@ use parking_lot::Mutex;
 use super::iter::node_iter;
 use super::node::{Node, NodeFile, Version};
 use super::policy::{self, Action};
-use super::{Built, Iam, Open, Written};
+use super::{Built, IamTree, Open, Written};
 use crate::entry::{cmp_entries, Entry};
 use crate::error::{Error, Result};
 use crate::memtable::Memtable;
@@ -160,7 +161,7 @@ impl Writer {
     }
 
     /// Adds one entry; a node that is full moves to `sealing` (which must be empty).
-    fn add(&mut self, tree: &Iam, e: &Entry, built: &mut Built) -> Result<()> {
+    fn add(&mut self, tree: &IamTree, e: &Entry, built: &mut Built) -> Result<()> {
         let full = self.cur.as_ref().is_some_and(|(_, _, _, last, bytes)| {
             self.piece.is_some_and(|p| *bytes >= p) && last.as_slice() != &*e.key
         });
@@ -194,7 +195,7 @@ impl Writer {
     }
 
     /// One bounded step of finishing the sealing node; true when it is done (or there is none).
-    fn seal_step(&mut self, tree: &Iam, budget: u64, built: &mut Built) -> Result<bool> {
+    fn seal_step(&mut self, tree: &IamTree, budget: u64, built: &mut Built) -> Result<bool> {
         let Some(s) = &mut self.sealing else {
             return Ok(true);
         };
@@ -211,7 +212,7 @@ impl Writer {
     #[cfg(test)]
     pub(super) fn write_all(
         mut self,
-        tree: &Iam,
+        tree: &IamTree,
         input: impl Iterator<Item = Result<Entry>>,
         built: &mut Built,
     ) -> Result<Vec<Written>> {
@@ -293,7 +294,7 @@ pub(super) struct Job {
     bytes: u64,
 }
 
-impl Iam {
+impl IamTree {
     fn source(&self, input: Input) -> Arc<Mutex<Source>> {
         self.job_read.store(0, Ordering::Relaxed);
         Arc::new(Mutex::new(Source {
@@ -697,7 +698,7 @@ impl Iam {
         Ok((spent, false))
     }
 
-    /// Commits a job whose nodes are all written; returns the bytes it wrote.
+    /// Publishes a job whose nodes are all written; returns the bytes it wrote.
     pub(super) fn finish_job(&self, job: Job) -> Result<u64> {
         let mut next = (*job.base).clone();
         if next.levels.is_empty() {
@@ -720,7 +721,7 @@ impl Iam {
             Parent::Mem(mem) => Some(mem.max_seq()),
             _ => None,
         };
-        self.commit(&job.base, next, durable, &job.built)?;
+        self.publish(&job.base, next, durable, &job.built);
         match &job.parent {
             Parent::Mem(mem) => {
                 let mut q = self.queue.lock();

@@ -15,9 +15,12 @@
 //!
 //! LSA is IAM with every level appending: the two kinds differ only in [`Mode`].
 //!
-//! Every step is one manifest commit after a sync of the data file; readers hold an
-//! `Arc<Version>`, and appends never write below a committed cursor of a region, so old
-//! versions stay valid while work runs.
+//! Every step ends by publishing a new version (readers hold an `Arc<Version>`); the index's
+//! committer thread ([`super::committer`]) makes whatever version is published durable, a data
+//! file sync and then one manifest commit, so that no `work` call, and no writer paying debt,
+//! syncs. Appends never write below a published cursor of a region (published cursors are at
+//! or past committed ones), so old versions stay valid while work runs, and the last committed
+//! version keeps every file and sequence it names allocated until a newer commit is durable.
 
 pub mod iter;
 mod job;
@@ -36,6 +39,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::node::{decode_meta, encode_meta, MetaState, Node, NodeFile, Seq, Version};
 use self::policy::Class;
+use super::committer::{Committer, Durable, WithCommitter};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -44,7 +48,7 @@ use crate::memtable::Memtable;
 use crate::merge::EntryIter;
 use crate::options::IamParams;
 use crate::run::{Region, Run, RunBuilder, RunOptions};
-use crate::storage::{Extent, Purpose, PAGE_SIZE};
+use crate::storage::{Extent, PageFile, Purpose, PAGE_SIZE};
 
 /// Which rule the tree follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +81,9 @@ struct Counters {
     splits: AtomicU64,
     combines: AtomicU64,
     grows: AtomicU64,
+    /// Commits the committer thread made, and the longest (data sync and manifest commit).
+    commits: AtomicU64,
+    commit_max_micros: AtomicU64,
 }
 
 /// One step of work (§3.2), chosen from a version.
@@ -90,14 +97,20 @@ enum Step {
     Split { d: usize, i: usize },
 }
 
-/// The LSA-tree or IAM-tree index.
-pub struct Iam {
+/// The LSA-tree's or IAM-tree's state, shared with the thread that commits it.
+pub struct IamTree {
     ctx: IndexContext,
     params: IamParams,
     mode: Mode,
     /// `C_t`: node capacity in user bytes.
     node_bytes: u64,
     current: RwLock<Arc<Version>>,
+    /// Every write up to this sequence number is in the published version (set with it, under
+    /// `current`'s lock).
+    published_seq: AtomicU64,
+    /// The last committed version: it keeps every file and sequence it names allocated.
+    committed: Mutex<Arc<Version>>,
+    committer: Committer,
     /// Frozen memtables waiting to be flushed into L1, oldest first, with their key ranges.
     queue: Mutex<VecDeque<Queued>>,
     /// The step in progress (one at a time), advanced by `work` in bounded parts.
@@ -118,6 +131,9 @@ pub struct Iam {
     /// Bytes written into each level since open (index 0: L1).
     written: [AtomicU64; MAX_LEVELS],
 }
+
+/// The LSA-tree or IAM-tree index: [`IamTree`] and the thread that makes its versions durable.
+pub type Iam = WithCommitter<IamTree>;
 
 /// A node written by a step: its range, file and sequences (not yet committed).
 struct Written {
@@ -147,7 +163,7 @@ impl Built {
 }
 
 impl Iam {
-    /// Opens the tree from its manifest metadata (empty: a new tree).
+    /// Opens the tree from its manifest metadata (empty: a new tree) and starts its committer.
     pub fn open(
         ctx: IndexContext,
         params: IamParams,
@@ -175,12 +191,16 @@ impl Iam {
             (stored, _) => stored,
         };
         state.node_bytes = node_bytes;
-        let mut tree = Iam {
+        let version = Arc::new(version);
+        let tree = IamTree {
             ctx,
             params,
             mode,
             node_bytes,
-            current: RwLock::new(Arc::new(Version::default())),
+            current: RwLock::new(version.clone()),
+            published_seq: AtomicU64::new(durable_seq),
+            committed: Mutex::new(version.clone()),
+            committer: Committer::default(),
             queue: Mutex::new(VecDeque::new()),
             job: Mutex::new(None),
             job_active: AtomicBool::new(false),
@@ -192,11 +212,17 @@ impl Iam {
             counters: Counters::default(),
             written: Default::default(),
         };
-        tree.full_debt = AtomicU64::new(tree.pending_bytes(&version));
-        tree.current = RwLock::new(Arc::new(version));
-        Ok(tree)
+        tree.full_debt
+            .store(tree.pending_bytes(&version), Ordering::Relaxed);
+        let name = match mode {
+            Mode::Lsa => "lsa-commit",
+            Mode::Iam => "iam-commit",
+        };
+        WithCommitter::start(name, tree)
     }
+}
 
+impl IamTree {
     fn version(&self) -> Arc<Version> {
         self.current.read().clone()
     }
@@ -429,7 +455,7 @@ impl Iam {
                 Step::Grow => {
                     let mut next = (*v).clone();
                     next.levels.push(Vec::new());
-                    self.commit(&v, next, None, &Built::default())?;
+                    self.publish(&v, next, None, &Built::default());
                     self.counters.grows.fetch_add(1, Ordering::Relaxed);
                     return Ok(1);
                 }
@@ -552,50 +578,20 @@ impl Iam {
         } else {
             next.levels[d][i] = Arc::new(Node::empty(self.new_id(), p.lo.clone(), p.hi.clone()));
         }
-        self.commit(v, next, None, &Built::default())?;
+        self.publish(v, next, None, &Built::default());
         if combine {
             self.counters.combines.fetch_add(1, Ordering::Relaxed);
         }
         Ok(1)
     }
 
-    /// Makes `next` durable (store sync, manifest commit) and publishes it. Extents of files
-    /// and sequences `next` names and `old` does not are added, those `old` names and `next`
-    /// does not are freed (released once no version holds them).
-    fn commit(
-        &self,
-        old: &Version,
-        next: Version,
-        durable_seq: Option<u64>,
-        built: &Built,
-    ) -> Result<()> {
-        let gather = |v: &Version| {
-            let mut files: HashMap<usize, Arc<NodeFile>> = HashMap::new();
-            let mut seqs: HashMap<usize, Arc<Seq>> = HashMap::new();
-            for n in v.levels.iter().flatten() {
-                if let Some(f) = &n.file {
-                    files.insert(Arc::as_ptr(f) as usize, f.clone());
-                }
-                for s in &n.seqs {
-                    seqs.insert(Arc::as_ptr(s) as usize, s.clone());
-                }
-            }
-            (files, seqs)
-        };
+    /// Publishes `next` (readers and the next step see it at once; `durable_seq`: it holds
+    /// every write up to there) and asks the committer thread to make it durable. Files and
+    /// sequences `old` names and `next` does not are marked obsolete, released once no version
+    /// holds them: the last committed version holds those a durable manifest still names.
+    fn publish(&self, old: &Version, next: Version, durable_seq: Option<u64>, built: &Built) {
         let (old_files, old_seqs) = gather(old);
         let (new_files, new_seqs) = gather(&next);
-        let mut added: Vec<Extent> = Vec::new();
-        let mut freed: Vec<Extent> = Vec::new();
-        for (p, f) in &new_files {
-            if !old_files.contains_key(p) {
-                added.push(f.extent);
-            }
-        }
-        for (p, s) in &new_seqs {
-            if !old_seqs.contains_key(p) {
-                added.extend(s.overflow());
-            }
-        }
         let gone_files: Vec<&Arc<NodeFile>> = old_files
             .iter()
             .filter(|(p, _)| !new_files.contains_key(p))
@@ -606,12 +602,6 @@ impl Iam {
             .filter(|(p, _)| !new_seqs.contains_key(p))
             .map(|(_, s)| s)
             .collect();
-        for f in &gone_files {
-            freed.push(f.extent);
-        }
-        for s in &gone_seqs {
-            freed.extend(s.overflow());
-        }
         // Built but not kept (a part that compacted away): released now.
         let unused = Built {
             files: built
@@ -627,30 +617,89 @@ impl Iam {
                 .cloned()
                 .collect(),
         };
-        if let Err(e) = self.ctx.store.sync() {
-            built.abandon();
-            return Err(e);
-        }
-        let state = *self.meta.lock();
-        let durable_seq = durable_seq.unwrap_or_else(|| self.durable.load(Ordering::Acquire));
-        self.ctx.manifest.commit(Commit {
-            index_meta: encode_meta(&next, &state),
-            durable_seq,
-            added,
-            freed,
-        })?;
         unused.abandon();
         self.full_debt
             .store(self.pending_bytes(&next), Ordering::Relaxed);
-        *self.current.write() = Arc::new(next);
+        {
+            let mut cur = self.current.write();
+            *cur = Arc::new(next);
+            if let Some(seq) = durable_seq {
+                self.published_seq.fetch_max(seq, Ordering::AcqRel);
+            }
+        }
         for f in gone_files {
             f.mark_obsolete();
         }
         for s in gone_seqs {
             s.mark_obsolete();
         }
-        self.durable.store(durable_seq, Ordering::Release);
-        Ok(())
+        self.committer.request();
+    }
+
+    /// Commits the published version if it is not the committed one (the committer thread):
+    /// syncs the data file (a new version may have appended to a region it already named),
+    /// then one manifest commit listing the extents of files and sequences it names that the
+    /// last commit did not (added) and the other way round (freed). Returns whether it
+    /// committed.
+    fn commit_published(&self) -> Result<bool> {
+        let mut c = self.committed.lock();
+        let t = std::time::Instant::now();
+        let (v, seq) = {
+            let cur = self.current.read();
+            (cur.clone(), self.published_seq.load(Ordering::Acquire))
+        };
+        if Arc::ptr_eq(&v, &c) {
+            return Ok(false);
+        }
+        let (old_files, old_seqs) = gather(&c);
+        let (new_files, new_seqs) = gather(&v);
+        let mut added: Vec<Extent> = Vec::new();
+        let mut freed: Vec<Extent> = Vec::new();
+        for (p, f) in &new_files {
+            if !old_files.contains_key(p) {
+                added.push(f.extent);
+            }
+        }
+        for (p, s) in &new_seqs {
+            if !old_seqs.contains_key(p) {
+                added.extend(s.overflow());
+            }
+        }
+        for (p, f) in &old_files {
+            if !new_files.contains_key(p) {
+                freed.push(f.extent);
+            }
+        }
+        for (p, s) in &old_seqs {
+            if !new_seqs.contains_key(p) {
+                freed.extend(s.overflow());
+            }
+        }
+        self.ctx.store.sync()?;
+        let state = *self.meta.lock();
+        // A failed commit may still have reached the manifest: the committed version stays, so
+        // what it names stays allocated, and the Db turns read-only (the committer keeps the
+        // error).
+        self.ctx.manifest.commit(Commit {
+            index_meta: encode_meta(&v, &state),
+            durable_seq: seq,
+            added,
+            freed,
+        })?;
+        self.durable.store(seq, Ordering::Release);
+        *c = v;
+        let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .commit_max_micros
+            .fetch_max(us, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version();
+        !Arc::ptr_eq(&published, &self.committed.lock())
     }
 
     /// Verifies one node: its sequences' runs, ranges and per-key order (newest sequence
@@ -717,6 +766,37 @@ impl Iam {
     }
 }
 
+/// The files and sequences a version names, by address.
+type Named = (HashMap<usize, Arc<NodeFile>>, HashMap<usize, Arc<Seq>>);
+
+fn gather(v: &Version) -> Named {
+    let mut files: HashMap<usize, Arc<NodeFile>> = HashMap::new();
+    let mut seqs: HashMap<usize, Arc<Seq>> = HashMap::new();
+    for n in v.levels.iter().flatten() {
+        if let Some(f) = &n.file {
+            files.insert(Arc::as_ptr(f) as usize, f.clone());
+        }
+        for s in &n.seqs {
+            seqs.insert(Arc::as_ptr(s) as usize, s.clone());
+        }
+    }
+    (files, seqs)
+}
+
+impl Durable for IamTree {
+    fn commit(&self) -> Result<bool> {
+        self.commit_published()
+    }
+
+    fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    fn store(&self) -> &PageFile {
+        &self.ctx.store
+    }
+}
+
 impl Index for Iam {
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
@@ -746,13 +826,17 @@ impl Index for Iam {
     }
 
     fn background_work(&self) -> bool {
-        self.debt() > 0 || self.choose(&self.version()) != Step::Idle
+        self.debt() > 0
+            || self.choose(&self.version()) != Step::Idle
+            || self.dirty()
+            || self.committer.busy()
     }
 
     /// Advances steps until about `budget` bytes were done or nothing is left. A step is
     /// resumable ([`job`]): a call does a bounded part of it, so no caller waits for a whole
     /// flush, split or combine.
     fn work(&self, budget: u64) -> Result<u64> {
+        self.committer.error()?;
         let budget = budget.max(1);
         let mut done = 0u64;
         while done < budget {
@@ -761,6 +845,15 @@ impl Index for Iam {
                 break;
             }
             done += n;
+        }
+        if done == 0 && (self.dirty() || self.committer.busy()) {
+            // Nothing to do but make the tree durable (the committer does the I/O). The Db
+            // calls `work` without debt only from a background thread, a flush or a close,
+            // which call again until it is done.
+            self.committer.request();
+            self.committer
+                .wait_for(std::time::Duration::from_millis(1))?;
+            return Ok(1);
         }
         Ok(done)
     }
@@ -830,6 +923,8 @@ impl Index for Iam {
             ("splits", &c.splits),
             ("combines", &c.combines),
             ("grows", &c.grows),
+            ("commits", &c.commits),
+            ("commit_max_micros", &c.commit_max_micros),
         ] {
             s.counters.insert(k.into(), a.load(Ordering::Relaxed));
         }

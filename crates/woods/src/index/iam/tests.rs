@@ -277,7 +277,8 @@ fn build_tree(h: &mut H, levels: &[Vec<(Vec<u64>, u64, u64)>]) {
         v.levels.insert(0, level);
     }
     let old = h.tree.version();
-    h.tree.commit(&old, v, Some(h.seq), &built).unwrap();
+    h.tree.publish(&old, v, Some(h.seq), &built);
+    h.tree.committer().wait().unwrap();
     h.tree.check().unwrap();
 }
 
