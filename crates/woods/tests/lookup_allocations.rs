@@ -111,9 +111,9 @@ fn allocations_per_lookup(kind: &str, seed: u64) -> (f64, f64) {
 }
 
 /// The kinds whose lookups go through runs (their own code only picks the runs), and the
-/// B+-tree kinds, which search each node in place in its cached page (`btree`, `pbt` and
-/// `btree-buffered` allocated 176, 160 and 176 times per lookup while their nodes were decoded
-/// whole on every visit): four allocations, with a cache that missed on most pages, so misses
+/// B+-tree kinds, which search each node in place in its cached page (`btree` allocated 176
+/// times per lookup and `pbt` 160 while their nodes were decoded whole on every visit;
+/// `btree-buffered` reads the same tree): four allocations, with a cache that missed on most pages, so misses
 /// allocate nothing either. Not asserted here, measured with this test on 2026-11-27: `fdtree`
 /// 5 per lookup, `boa` 7 (docs/engine.md).
 #[test]
