@@ -50,6 +50,41 @@ pub fn btree_internal(bytes: &[u8]) -> Result<usize> {
     Ok(node::decode_internal(&body, 7)?.len())
 }
 
+/// Reads `bytes` as a B-tree node (of the type its first byte names) in place, as a lookup
+/// does: scans its items, reads each (a leaf entry's kind too) and searches it for a position
+/// made of the input's first bytes. Returns the item count, and the count the whole-node
+/// decoder finds (the two must agree: the in-place reads refuse exactly what the decoder does).
+pub fn btree_node_in_place(bytes: &[u8]) -> (Result<usize>, Result<usize>) {
+    let body = page_body(bytes);
+    let leaf = body[0] != node::INTERNAL;
+    let decoded = if leaf {
+        node::decode_leaf(&body, 7).map(|l| l.len())
+    } else {
+        node::decode_internal(&body, 7).map(|c| c.len())
+    };
+    let mut offs = node::Offsets::default();
+    let in_place = offs
+        .scan(&body, 7, if leaf { node::LEAF } else { node::INTERNAL })
+        .and_then(|view| {
+            for i in 0..view.len() {
+                let _ = (view.key(i), view.seq(i));
+                if leaf {
+                    view.kind(i)?;
+                    let _ = view.value(i);
+                } else {
+                    let _ = view.child(i);
+                }
+            }
+            let probe = &bytes[..bytes.len().min(8)];
+            let _ = (view.lower_bound(probe, 5), view.upper_bound(probe, 5));
+            if !leaf {
+                let _ = view.child(view.child_for(probe, 5));
+            }
+            Ok(view.len())
+        });
+    (in_place, decoded)
+}
+
 /// Parses `bytes` as a run's data (`level == 0`) or index page and decodes every item of it.
 pub fn run_page(bytes: &[u8], level: u8) -> Result<usize> {
     let n = Node::parse(7, Arc::new(page(bytes)), level)?;

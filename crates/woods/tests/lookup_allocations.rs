@@ -110,15 +110,25 @@ fn allocations_per_lookup(kind: &str, seed: u64) -> (f64, f64) {
     (per, hits as f64 / (hits + misses).max(1) as f64)
 }
 
-/// The kinds whose lookups go through runs alone (their own code only picks the runs): four
-/// allocations, with a cache that missed on most pages, so misses allocate nothing either.
-/// Not asserted here, measured with this test on 2026-11-27: `fdtree` 5 per lookup, `boa` 7,
-/// `pbt` 160 and `btree` 176 (their B+-tree nodes are decoded whole on every visit;
-/// docs/engine.md).
+/// The kinds whose lookups go through runs (their own code only picks the runs), and the
+/// B+-tree kinds, which search each node in place in its cached page (`btree` allocated 176
+/// times per lookup and `pbt` 160 while their nodes were decoded whole on every visit;
+/// `btree-buffered` reads the same tree): four allocations, with a cache that missed on most pages, so misses
+/// allocate nothing either. Not asserted here, measured with this test on 2026-11-27: `fdtree`
+/// 5 per lookup, `boa` 7 (docs/engine.md).
 #[test]
 fn a_point_lookup_allocates_only_its_answer() {
     let seed = common::seed("a_point_lookup_allocates_only_its_answer");
-    for kind in ["lsm", "nbtree", "stbe", "lsa", "iam"] {
+    for kind in [
+        "lsm",
+        "nbtree",
+        "stbe",
+        "lsa",
+        "iam",
+        "btree",
+        "pbt",
+        "btree-buffered",
+    ] {
         let (per, hit_rate) = allocations_per_lookup(kind, seed);
         println!("{kind}: {per:.2} allocations per lookup, cache hit rate {hit_rate:.2}");
         assert!(hit_rate < 0.99, "{kind}: the lookups should miss sometimes");

@@ -235,13 +235,13 @@ impl BTree {
     }
 
     /// A reader of version `v`, which it keeps alive.
-    fn reader(&self, v: Arc<Version>) -> Arc<TreeReader> {
-        Arc::new(TreeReader {
+    fn reader(&self, v: Arc<Version>) -> TreeReader {
+        TreeReader {
             root: v.root,
             height: v.height,
             store: self.ctx.store.clone(),
             _pin: v,
-        })
+        }
     }
 
     fn read_body(&self, page: u64, purpose: Purpose) -> Result<crate::cache::PageRef> {
@@ -927,7 +927,7 @@ impl Index for BTree {
         if v.root == 0 {
             return Ok(());
         }
-        self.reader(v).versions(key, seq, out)?;
+        self.reader(v).versions(key, seq, key, out)?;
         Ok(())
     }
 
@@ -942,7 +942,7 @@ impl Index for BTree {
         if !v.buffer.entries.is_empty() || v.buffer.damaged.is_some() {
             out.push(v.buffer.iter(&lo, &hi, reverse));
         }
-        let reader = self.reader(v);
+        let reader = Arc::new(self.reader(v));
         out.push(Box::new(LeafCursor::new(reader, lo, hi, reverse)?));
         Ok(out)
     }

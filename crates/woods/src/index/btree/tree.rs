@@ -15,8 +15,9 @@ use parking_lot::Mutex;
 
 use super::node::{
     blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, split_sizes, Child,
-    LeafEntry, Val,
+    LeafEntry, NodeView, Offsets, Val, ValRef, INTERNAL, LEAF,
 };
+use crate::cache::PageRef;
 use crate::entry::{cmp_entries, Entry, Kind, MAX_SEQ, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::memtable::{MemIter, Memtable};
@@ -228,7 +229,9 @@ pub(crate) fn leaf_entry(
     })
 }
 
-/// Index of the child whose subtree holds position (key, seq).
+/// Index of the child whose subtree holds position (key, seq) (the tests' reference for
+/// [`NodeView::child_for`]).
+#[cfg(test)]
 pub(crate) fn child_for(children: &[Child], key: &[u8], seq: u64) -> usize {
     let n = children
         .partition_point(|c| cmp_entries(&c.key, c.seq, key, seq) != std::cmp::Ordering::Greater);
@@ -244,53 +247,140 @@ pub(crate) struct TreeReader {
     pub _pin: Arc<dyn Any + Send + Sync>,
 }
 
+/// How far [`TreeReader::take_versions`] got in one leaf.
+enum Taken {
+    /// A Put or Delete ended the versions (true), or a later key did (false).
+    Ended(bool),
+    /// The leaf ended first; the seq of the last version taken, if any.
+    LeafEnd(Option<u64>),
+}
+
 impl TreeReader {
+    fn page(&self, page: u64) -> Result<PageRef> {
+        self.store.read(page, Purpose::UserRead)
+    }
     fn leaf(&self, page: u64) -> Result<Vec<LeafEntry>> {
-        decode_leaf(&self.store.read(page, Purpose::UserRead)?, page)
+        decode_leaf(&self.page(page)?, page)
     }
     fn internal(&self, page: u64) -> Result<Vec<Child>> {
-        decode_internal(&self.store.read(page, Purpose::UserRead)?, page)
+        decode_internal(&self.page(page)?, page)
     }
     /// Entry `e` of leaf page `leaf`, with its value.
     fn value(&self, e: &LeafEntry, leaf: u64) -> Result<Entry> {
         leaf_entry(&self.store, e, leaf, Purpose::UserRead)
     }
 
-    /// Descends to the leaf holding position (key, seq); the path is left in `stack`.
-    fn leaf_for(&self, key: &[u8], seq: u64, stack: &mut Vec<(Vec<Child>, usize)>) -> Result<u64> {
-        let mut page = self.root;
-        for _ in 1..self.height {
-            let children = self.internal(page)?;
-            let i = child_for(&children, key, seq);
-            page = children[i].page;
-            stack.push((children, i));
-        }
-        Ok(page)
+    /// Item `i` of `leaf` as an entry with key `key`, its value copied out of the page (or read
+    /// from its blob pages).
+    fn entry_at(&self, leaf: &NodeView, i: usize, key: &[u8]) -> Result<Entry> {
+        let value = match leaf.value(i) {
+            ValRef::Inline(v) => Arc::from(v),
+            ValRef::Blob { start, len } => {
+                read_blob(&self.store, leaf.page(), start, len, Purpose::UserRead)?
+            }
+        };
+        Ok(Entry {
+            key: Arc::from(key),
+            seq: leaf.seq(i),
+            kind: leaf.kind(i)?,
+            value,
+        })
     }
 
     /// Appends the versions of `key` with seq <= `seq`, newest first, up to the first Put or
-    /// Delete; returns whether one ended them (false: only Merge operands, or none).
-    pub fn versions(self: &Arc<Self>, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<bool> {
+    /// Delete; returns whether one ended them (false: only Merge operands, or none). The
+    /// entries carry `found_key` as their key (`key` itself, or the user key where `key`
+    /// carries a partition prefix).
+    ///
+    /// Every node on the way is searched in place in its cached page ([`NodeView`]): nothing
+    /// is allocated but the entries handed back. A key's versions that go on past the end of
+    /// a leaf are followed into the next leaf, found as the leftmost leaf of the subtree just
+    /// right of the descent's path; past that one, the descent starts again from the root at
+    /// the position after the last version taken.
+    pub fn versions(
+        &self,
+        key: &[u8],
+        seq: u64,
+        found_key: &[u8],
+        out: &mut Vec<Entry>,
+    ) -> Result<bool> {
         if self.root == 0 {
             return Ok(false);
         }
-        let mut stack = Vec::new();
-        let leaf_page = self.leaf_for(key, seq, &mut stack)?;
-        let mut cur = LeafCursor {
-            tree: self.clone(),
-            stack,
-            leaf: self.leaf(leaf_page)?,
-            leaf_page,
-            pos: 0,
-            reverse: false,
-            lo: Bound::Included(key.to_vec()),
-            hi: Bound::Included(key.to_vec()),
-            done: false,
-        };
-        cur.pos = cur
-            .leaf
-            .partition_point(|e| cmp_entries(&e.key, e.seq, key, seq) == std::cmp::Ordering::Less);
-        collect_versions(cur, out)
+        let mut offs = Offsets::default();
+        let mut from = seq;
+        loop {
+            let mut page = self.root;
+            // The subtree just right of the path at its deepest node that has one, and its
+            // height: where the next leaf begins.
+            let mut right = None;
+            for h in (2..=self.height).rev() {
+                let buf = self.page(page)?;
+                let node = offs.scan(&buf, page, INTERNAL)?;
+                let i = node.child_for(key, from);
+                if i + 1 < node.len() {
+                    right = Some((node.child(i + 1), h - 1));
+                }
+                page = node.child(i);
+            }
+            let buf = self.page(page)?;
+            let leaf = offs.scan(&buf, page, LEAF)?;
+            let at = leaf.lower_bound(key, from);
+            if let Taken::Ended(ended) = self.take_versions(&leaf, at, key, found_key, out)? {
+                return Ok(ended);
+            }
+            let Some((mut page, h)) = right else {
+                return Ok(false);
+            };
+            for _ in 1..h {
+                let buf = self.page(page)?;
+                page = offs.scan(&buf, page, INTERNAL)?.child(0);
+            }
+            let buf = self.page(page)?;
+            let leaf = offs.scan(&buf, page, LEAF)?;
+            if leaf.is_empty() {
+                return Err(Error::corruption("btree", Some(page), "empty leaf"));
+            }
+            match self.take_versions(&leaf, 0, key, found_key, out)? {
+                Taken::Ended(ended) => return Ok(ended),
+                Taken::LeafEnd(Some(last)) if last < from => match last.checked_sub(1) {
+                    Some(next) => from = next,
+                    None => return Ok(false),
+                },
+                Taken::LeafEnd(_) => {
+                    return Err(Error::corruption(
+                        "btree",
+                        Some(page),
+                        "entries out of order across leaves",
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Appends the versions of `key` in `leaf` from item `at` on (see [`Self::versions`]).
+    fn take_versions(
+        &self,
+        leaf: &NodeView,
+        at: usize,
+        key: &[u8],
+        found_key: &[u8],
+        out: &mut Vec<Entry>,
+    ) -> Result<Taken> {
+        for i in at..leaf.len() {
+            if leaf.key(i) != key {
+                return Ok(Taken::Ended(false));
+            }
+            let e = self.entry_at(leaf, i, found_key)?;
+            let stop = e.kind != Kind::Merge;
+            out.push(e);
+            if stop {
+                return Ok(Taken::Ended(true));
+            }
+        }
+        Ok(Taken::LeafEnd(
+            (at < leaf.len()).then(|| leaf.seq(leaf.len() - 1)),
+        ))
     }
 
     /// Walks every node of the tree, checking separators against their children's first
@@ -342,10 +432,17 @@ impl TreeReader {
 }
 
 /// Cursor over the leaves of one version, forward or backward.
+///
+/// It holds the leaf it is in as the cached page and its items' offsets, and decodes an entry
+/// only when it hands it out; of each internal node on its path it keeps the children's page
+/// numbers alone.
 pub(crate) struct LeafCursor {
     tree: Arc<TreeReader>,
-    stack: Vec<(Vec<Child>, usize)>,
-    leaf: Vec<LeafEntry>,
+    /// Per internal level from the root: its children's pages, and which one the path takes.
+    stack: Vec<(Vec<u64>, usize)>,
+    /// The leaf the cursor is in (none in an empty tree); `offs` holds its items' offsets.
+    leaf: Option<PageRef>,
+    offs: Offsets,
     /// The page `leaf` was read from.
     leaf_page: u64,
     pos: usize,
@@ -367,7 +464,8 @@ impl LeafCursor {
         let mut c = LeafCursor {
             tree: reader,
             stack: Vec::new(),
-            leaf: Vec::new(),
+            leaf: None,
+            offs: Offsets::default(),
             leaf_page: 0,
             pos: 0,
             reverse,
@@ -380,51 +478,52 @@ impl LeafCursor {
             return Ok(c);
         }
         // Seek position in entry order.
-        let (key, seq): (Vec<u8>, u64) = if !reverse {
+        let (key, seq): (&[u8], u64) = if !reverse {
             match &c.lo {
-                Bound::Included(k) => (k.clone(), MAX_SEQ + 1),
-                Bound::Excluded(k) => (k.clone(), 0),
-                Bound::Unbounded => (Vec::new(), MAX_SEQ + 1),
+                Bound::Included(k) => (k, MAX_SEQ + 1),
+                Bound::Excluded(k) => (k, 0),
+                Bound::Unbounded => (&[], MAX_SEQ + 1),
             }
         } else {
             match &c.hi {
-                Bound::Included(k) => (k.clone(), 0),
-                Bound::Excluded(k) => (k.clone(), MAX_SEQ + 1),
-                Bound::Unbounded => (vec![0xff; crate::MAX_KEY_LEN + 1], 0),
+                Bound::Included(k) => (k, 0),
+                Bound::Excluded(k) => (k, MAX_SEQ + 1),
+                Bound::Unbounded => (&[0xff; crate::MAX_KEY_LEN + 1], 0),
             }
         };
         let mut page = c.tree.root;
         for _ in 1..c.tree.height {
-            let children = c.tree.internal(page)?;
-            let i = child_for(&children, &key, seq);
-            page = children[i].page;
-            c.stack.push((children, i));
+            let buf = c.tree.page(page)?;
+            let node = c.offs.scan(&buf, page, INTERNAL)?;
+            let i = node.child_for(key, seq);
+            let kids: Vec<u64> = (0..node.len()).map(|j| node.child(j)).collect();
+            page = kids[i];
+            c.stack.push((kids, i));
         }
-        c.leaf = c.tree.leaf(page)?;
-        c.leaf_page = page;
-        if !reverse {
-            c.pos = c.leaf.partition_point(|e| {
-                cmp_entries(&e.key, e.seq, &key, seq) == std::cmp::Ordering::Less
-            });
+        let buf = c.tree.page(page)?;
+        let leaf = c.offs.scan(&buf, page, LEAF)?;
+        let pos = if !reverse {
+            let mut pos = leaf.lower_bound(key, seq);
             // Skip an excluded lower bound's versions.
             if let Bound::Excluded(k) = &c.lo {
-                let k = k.clone();
-                while c.pos < c.leaf.len() && *c.leaf[c.pos].key == k[..] {
-                    c.pos += 1;
+                while pos < leaf.len() && leaf.key(pos) == &k[..] {
+                    pos += 1;
                 }
             }
+            pos
         } else {
             // pos = number of entries at or before the seek position; next returns leaf[pos-1].
-            c.pos = c.leaf.partition_point(|e| {
-                cmp_entries(&e.key, e.seq, &key, seq) != std::cmp::Ordering::Greater
-            });
+            let mut pos = leaf.upper_bound(key, seq);
             if let Bound::Excluded(k) = &c.hi {
-                let k = k.clone();
-                while c.pos > 0 && *c.leaf[c.pos - 1].key == k[..] {
-                    c.pos -= 1;
+                while pos > 0 && leaf.key(pos - 1) == &k[..] {
+                    pos -= 1;
                 }
             }
-        }
+            pos
+        };
+        c.pos = pos;
+        c.leaf = Some(buf);
+        c.leaf_page = page;
         Ok(c)
     }
 
@@ -442,17 +541,22 @@ impl LeafCursor {
             match next {
                 Some(n) => {
                     *i = n;
-                    let mut page = children[n].page;
+                    let mut page = children[n];
                     let depth = self.tree.height as usize - 1;
                     while self.stack.len() < depth {
-                        let kids = self.tree.internal(page)?;
+                        let buf = self.tree.page(page)?;
+                        let node = self.offs.scan(&buf, page, INTERNAL)?;
+                        let kids: Vec<u64> = (0..node.len()).map(|j| node.child(j)).collect();
+                        // An internal node has a child: the scan checked.
                         let idx = if self.reverse { kids.len() - 1 } else { 0 };
-                        page = kids[idx].page;
+                        page = kids[idx];
                         self.stack.push((kids, idx));
                     }
-                    self.leaf = self.tree.leaf(page)?;
+                    let buf = self.tree.page(page)?;
+                    let n = self.offs.scan(&buf, page, LEAF)?.len();
+                    self.leaf = Some(buf);
                     self.leaf_page = page;
-                    self.pos = if self.reverse { self.leaf.len() } else { 0 };
+                    self.pos = if self.reverse { n } else { 0 };
                     return Ok(true);
                 }
                 None => {
@@ -477,6 +581,25 @@ impl LeafCursor {
             }
         }
     }
+
+    /// The entry at `pos` of the current leaf (moving on past it), or `None` past the bounds.
+    fn take(&mut self) -> Option<Result<Entry>> {
+        let idx = if self.reverse { self.pos - 1 } else { self.pos };
+        let buf = self.leaf.as_ref()?;
+        let leaf = self.offs.view(buf, self.leaf_page, true);
+        let key = leaf.key(idx);
+        if !self.in_bounds(key) {
+            self.done = true;
+            return None;
+        }
+        let e = self.tree.entry_at(&leaf, idx, key);
+        if self.reverse {
+            self.pos -= 1;
+        } else {
+            self.pos += 1;
+        }
+        Some(e)
+    }
 }
 
 impl Iterator for LeafCursor {
@@ -489,7 +612,7 @@ impl Iterator for LeafCursor {
             let have = if self.reverse {
                 self.pos > 0
             } else {
-                self.pos < self.leaf.len()
+                self.pos < self.offs.len()
             };
             if !have {
                 match self.advance_leaf() {
@@ -504,17 +627,100 @@ impl Iterator for LeafCursor {
                     }
                 }
             }
-            let idx = if self.reverse { self.pos - 1 } else { self.pos };
-            if !self.in_bounds(&self.leaf[idx].key) {
-                self.done = true;
-                return None;
+            return self.take();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::FaultFs;
+    use crate::testutil::fault_ctx;
+
+    /// Builds a tree of `entries` (in entry order) with nodes of about `target` bytes; returns
+    /// its reader.
+    fn build(entries: &[LeafEntry], target: usize) -> TreeReader {
+        let fs = FaultFs::new();
+        let store = fault_ctx(&fs, 1 << 20).store;
+        let mut alloc = || store.alloc().alloc(1).start;
+        let mut level =
+            write_nodes(&store, entries, target, Purpose::Merge, &mut alloc).expect("leaves");
+        let mut height = 1;
+        while level.len() > 1 {
+            level = write_nodes(&store, &level, target, Purpose::Merge, &mut alloc)
+                .expect("internal level");
+            height += 1;
+        }
+        TreeReader {
+            root: level[0].page,
+            height,
+            store: store.clone(),
+            _pin: Arc::new(()),
+        }
+    }
+
+    /// What [`TreeReader::versions`] must find: the entries of `key` at or below `seq`, up to
+    /// the first Put or Delete.
+    fn expected(entries: &[LeafEntry], key: &[u8], seq: u64) -> (Vec<(u64, Kind)>, bool) {
+        let mut out = Vec::new();
+        for e in entries.iter().filter(|e| &e.key[..] == key && e.seq <= seq) {
+            out.push((e.seq, e.kind));
+            if e.kind != Kind::Merge {
+                return (out, true);
             }
-            if self.reverse {
-                self.pos -= 1;
-            } else {
-                self.pos += 1;
+        }
+        (out, false)
+    }
+
+    /// A key's versions that span many leaves (small nodes, long merge chains) are all found,
+    /// from any snapshot: the step into the next leaf and the descents again from the root.
+    #[test]
+    fn versions_across_leaves_are_all_found() {
+        let seed = crate::testutil::seed();
+        let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed);
+        use rand::Rng;
+        for _ in 0..10 {
+            let mut entries = Vec::new();
+            for k in 0..rng.gen_range(1..30u32) {
+                let versions = if rng.gen_bool(0.3) {
+                    rng.gen_range(1..80)
+                } else {
+                    1
+                };
+                for v in 0..versions {
+                    let kind = match rng.gen_range(0..10) {
+                        0 => Kind::Delete,
+                        1 | 2 => Kind::Put,
+                        _ => Kind::Merge,
+                    };
+                    entries.push(LeafEntry {
+                        key: Arc::from(format!("key{k:03}").into_bytes()),
+                        seq: 1000 - 2 * v as u64,
+                        kind,
+                        val: Val::Inline(Arc::from(vec![v as u8; rng.gen_range(0..40)])),
+                    });
+                }
             }
-            return Some(self.tree.value(&self.leaf[idx], self.leaf_page));
+            let target = rng.gen_range(100..400);
+            let tree = build(&entries, target);
+            for k in 0..31u32 {
+                let key = format!("key{k:03}").into_bytes();
+                for seq in [0, 500, 900, 950, 997, 998, 999, 1000, 1001, MAX_SEQ] {
+                    let mut out = Vec::new();
+                    let ended = tree
+                        .versions(&key, seq, b"found", &mut out)
+                        .expect("versions");
+                    let got: Vec<(u64, Kind)> = out.iter().map(|e| (e.seq, e.kind)).collect();
+                    assert_eq!(
+                        (got, ended),
+                        expected(&entries, &key, seq),
+                        "key{k:03} at {seq}, nodes of {target} bytes, height {}",
+                        tree.height
+                    );
+                    assert!(out.iter().all(|e| &e.key[..] == b"found"));
+                }
+            }
         }
     }
 }

@@ -237,13 +237,18 @@ impl Pbt {
         *self.state.write() = Arc::new(s);
     }
 
-    fn reader(&self, st: &Arc<State>) -> Arc<TreeReader> {
-        Arc::new(TreeReader {
+    /// A reader of the tree of state `st`, which it keeps alive.
+    fn tree(&self, st: &Arc<State>) -> TreeReader {
+        TreeReader {
             root: st.root,
             height: st.height,
             store: self.ctx.store.clone(),
             _pin: st.clone(),
-        })
+        }
+    }
+
+    fn reader(&self, st: &Arc<State>) -> Arc<TreeReader> {
+        Arc::new(self.tree(st))
     }
 
     /// A sorted source over one persisted partition (user keys).
@@ -950,6 +955,13 @@ impl Index for Pbt {
             }
         }
         let mut reader = None;
+        // The tree key, `pnum ‖ key`, built in place for each partition probed.
+        let mut tree_key = [0u8; key::PREFIX + crate::MAX_KEY_LEN];
+        let tree_key_len = key::PREFIX + key.len();
+        let Some(user) = tree_key.get_mut(key::PREFIX..tree_key_len) else {
+            return Err(Error::InvalidKey { len: key.len() });
+        };
+        user.copy_from_slice(key);
         let c = &self.counters;
         let hash = crate::filter::bloom::hash64(key);
         let rows = self.ctx.store.cache().rows();
@@ -976,12 +988,10 @@ impl Index for Pbt {
                 }
             }
             c.probes.fetch_add(1, Ordering::Relaxed);
-            let r = reader.get_or_insert_with(|| self.reader(&st));
+            let r = reader.get_or_insert_with(|| self.tree(&st));
             let n0 = out.len();
-            let ended = r.versions(&key::tree_key(p.pnum, key), seq, out)?;
-            for e in &mut out[n0..] {
-                e.key = key::user_key(&e.key);
-            }
+            tree_key[..key::PREFIX].copy_from_slice(&p.pnum.to_be_bytes());
+            let ended = r.versions(&tree_key[..tree_key_len], seq, key, out)?;
             if rows.enabled() && seq >= p.max_seq {
                 rows.insert(p.id, hash, key, &out[n0..]);
             }
