@@ -3,7 +3,9 @@
 //!
 //! The index's roots and extents live only in the manifest, so repair works from the manifest
 //! logs that are in the directory: it reads each one without trusting `CURRENT`
-//! ([`Manifest::salvage`]: every log's state up to its first bad record), tries their states
+//! ([`Manifest::salvage`]: every log's newest state it can reach: past a bad record when a
+//! snapshot record follows it, since a snapshot holds the whole state and the log holds one
+//! every [`manifest::SNAPSHOT_EVERY`] records; else up to the bad record), tries their states
 //! newest first (most commits; the lower log number on a tie, since a higher-numbered log with
 //! as many commits is the leftover of a rollover that never became current), and keeps the
 //! first whose index checks clean against the data file: it is written as the snapshot of a
@@ -141,6 +143,14 @@ impl Db {
             let name = manifest::manifest_file_name(number);
             match salvaged {
                 Ok(s) => {
+                    for (off, between) in &s.passed_damage {
+                        report.notes.push(format!(
+                            "{name} is damaged at byte {off}; a snapshot {between} valid \
+                             record(s) after it holds the whole state from there on, so the \
+                             damage costs no commit (the log's newest state is commit {})",
+                            s.state.commits
+                        ));
+                    }
                     if let Some(off) = s.damaged_at {
                         report.notes.push(format!(
                             "{name} is damaged at byte {off}, with {} valid record(s) after \
