@@ -33,15 +33,18 @@ logs that are in DB. Opening such a database fails with an error that says what 
 woods never creates a new database over one (a directory holding data.woods, MANIFEST-* or
 wal-* files but no CURRENT).
 
-Repair reads every manifest log without trusting CURRENT, each up to its first bad record, and
-tries their states newest first (most commits): the first whose index checks clean against the
-data file is written as a new manifest log, which CURRENT then names; the other logs are renamed
-*.old and kept for inspection. Only manifest files are written. A log damaged in the middle
-gives the state before the damage: the commits after it are reported lost, and so are writes
-that neither the kept index nor the write-ahead log holds. When no manifest log can be read and
-the data file holds only its header (a creation cut short), an empty manifest is written and the
-write-ahead log is replayed by the next open. A database that opens and checks clean is left
-untouched.
+Repair reads every manifest log without trusting CURRENT, each to the newest state it can reach,
+and tries their states newest first (most commits): the first whose index checks clean against
+the data file is written as a new manifest log, which CURRENT then names; the other logs are
+renamed *.old and kept for inspection. Only manifest files are written. A log damaged in the
+middle gives its newest state when a snapshot record follows the damage (one is written every 8
+records), else the state before the damage: the commits after it are reported lost, and so are
+writes that neither the kept index nor the write-ahead log holds. When no manifest log can be
+read and the data file holds only its header (a creation cut short), an empty manifest is
+written and the write-ahead log is replayed by the next open. A write-ahead log damaged in the
+middle (valid records after a damaged one, which an open refuses) is recovered to the point
+before the damage, the dropped records reported and the original files kept as wal-*.log.old. A
+database that opens, checks clean and whose log replays whole is left untouched.
 
 Prints what it found and did, one line each, then a summary; exit status 0 when the database
 opens afterwards, 2 when it cannot be repaired: no state checks clean (damage in the data file
@@ -475,6 +478,10 @@ fn run(cli: Cli) -> CliResult<u8> {
                 Some(n) => format!(
                     "repaired: CURRENT names {}",
                     woods::manifest::manifest_file_name(n)
+                ),
+                None if report.log_records_dropped > 0 => format!(
+                    "repaired the write-ahead log: {} record(s) after its damage dropped",
+                    report.log_records_dropped
                 ),
                 None => "nothing to repair".to_string(),
             };

@@ -663,6 +663,13 @@ impl Db {
         // Replay the log: everything after what the index holds durably. Sealing may remove
         // files (a torn header, anything after a tear); `wal_files` are those it left.
         let replay = wal::replay(&*fs, &dir, &io)?;
+        if replay.torn {
+            // Valid records after a damaged one: a torn tail only if a power cut can explain it.
+            let damage = crate::repair::log_damage(&replay, state.durable_seq)?;
+            if let Some(d) = damage.filter(|d| d.this_boot) {
+                return Err(d.error(&dir));
+            }
+        }
         let wal_files = wal::seal_recovered(&*fs, &dir, &replay, &io)?;
         crate::crashpoint::point("open.after_seal");
         let mut last_seq = state.durable_seq;

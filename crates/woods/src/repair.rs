@@ -3,7 +3,9 @@
 //!
 //! The index's roots and extents live only in the manifest, so repair works from the manifest
 //! logs that are in the directory: it reads each one without trusting `CURRENT`
-//! ([`Manifest::salvage`]: every log's state up to its first bad record), tries their states
+//! ([`Manifest::salvage`]: every log's newest state it can reach: past a bad record when a
+//! snapshot record follows it, since a snapshot holds the whole state and the log holds one
+//! every [`manifest::SNAPSHOT_EVERY`] records; else up to the bad record), tries their states
 //! newest first (most commits; the lower log number on a tie, since a higher-numbered log with
 //! as many commits is the leftover of a rollover that never became current), and keeps the
 //! first whose index checks clean against the data file: it is written as the snapshot of a
@@ -49,6 +51,10 @@ pub struct RepairReport {
     /// Writes known lost: log records start above `durable_seq + 1`, so those between were
     /// neither in the kept index nor in the log (`first..=last` sequence numbers).
     pub lost_seqs: Option<(u64, u64)>,
+    /// Valid log records after a damaged one that repair dropped (point-in-time recovery: the
+    /// log now ends before the damage; the damaged file and the later ones are kept as
+    /// `wal-*.log.old`). Their sequence numbers are in `lost_seqs`.
+    pub log_records_dropped: u64,
     /// Entries (all versions) the check of the kept index counted.
     pub entries: u64,
     /// What repair found and did, one sentence each.
@@ -76,8 +82,10 @@ pub(crate) fn leftovers(fs: &dyn Fs, dir: &Path) -> Vec<String> {
 impl Db {
     /// Repairs the database in `path` when its `CURRENT` file or manifest is damaged or
     /// missing, from the manifest logs that are there (see the module documentation of
-    /// `woods::repair`), and says what it found and did. A database that opens and checks
-    /// clean is left untouched. The database must not be open.
+    /// `woods::repair`), or whose write-ahead log is damaged in the middle (valid records after
+    /// a damaged one, which an open refuses), by recovering the log to the point before the
+    /// damage; and says what it found and did. A database that opens and checks clean, with a
+    /// log that replays whole, is left untouched. The database must not be open.
     ///
     /// Errors: the directory holds no database files; no manifest log can be read while the
     /// data file holds more than its header (the index cannot be found without one); no state
@@ -108,10 +116,14 @@ impl Db {
                     report.entries = parts.index.check()?;
                     report.durable_seq = parts.state.durable_seq;
                     report.notes.push(
-                        "CURRENT names a sound manifest log and the index checks clean: \
-                         nothing to repair"
-                            .into(),
+                        "CURRENT names a sound manifest log and the index checks clean".into(),
                     );
+                    drop(parts);
+                    if !repair_log(&*fs, dir, &io, &mut report)? {
+                        report
+                            .notes
+                            .push("the log has no damage: nothing to repair".into());
+                    }
                     return Ok(report);
                 }
                 Err(e @ Error::Corruption { .. }) => {
@@ -131,6 +143,14 @@ impl Db {
             let name = manifest::manifest_file_name(number);
             match salvaged {
                 Ok(s) => {
+                    for (off, between) in &s.passed_damage {
+                        report.notes.push(format!(
+                            "{name} is damaged at byte {off}; a snapshot {between} valid \
+                             record(s) after it holds the whole state from there on, so the \
+                             damage costs no commit (the log's newest state is commit {})",
+                            s.state.commits
+                        ));
+                    }
                     if let Some(off) = s.damaged_at {
                         report.notes.push(format!(
                             "{name} is damaged at byte {off}, with {} valid record(s) after \
@@ -196,6 +216,7 @@ impl Db {
                         c.state.durable_seq,
                         manifest::manifest_file_name(installed)
                     ));
+                    repair_log(&*fs, dir, &io, &mut report)?;
                     report_log_gap(&*fs, dir, &io, &mut report)?;
                     return Ok(report);
                 }
@@ -348,6 +369,67 @@ fn config_from_options(opts: &Options, why: &str) -> Result<PersistedConfig> {
     })
 }
 
+/// Point-in-time recovery of a log damaged in the middle ([`log_damage`]): the damaged file is
+/// cut before the damage and the later files set aside, so the next open replays the log up to
+/// the damage; the dropped records are reported. Each file changed or set aside keeps its
+/// original bytes as `wal-*.log.old`. Returns whether it changed anything.
+fn repair_log(fs: &dyn Fs, dir: &Path, io: &IoCounters, report: &mut RepairReport) -> Result<bool> {
+    let replay = wal::replay(fs, dir, io)?;
+    let Some(d) = log_damage(&replay, report.durable_seq)? else {
+        return Ok(false);
+    };
+    let old = |n: u64| dir.join(format!("{}.old", wal::wal_file_name(n)));
+    let path = wal::wal_file_path(dir, d.file);
+    if d.offset < wal::WAL_HEADER_LEN as u64 {
+        fs.rename(&path, &old(d.file))?;
+    } else {
+        let f = fs.open(&path, OpenMode::default())?;
+        let len = f.len()?;
+        let len = usize::try_from(len).map_err(|_| {
+            Error::corruption(
+                format!("WAL file {}", path.display()),
+                None,
+                format!("length {len} too large"),
+            )
+        })?;
+        let mut bytes = vec![0u8; len];
+        f.read_exact_at(&mut bytes, 0)?;
+        let copy = fs.open(
+            &old(d.file),
+            OpenMode {
+                create: true,
+                direct: false,
+            },
+        )?;
+        copy.set_len(0)?;
+        copy.write_all_at(&bytes, 0)?;
+        copy.sync()?;
+        f.set_len(d.offset)?;
+        f.sync()?;
+    }
+    for &n in replay.files.iter().filter(|&&n| n > d.file) {
+        fs.rename(&wal::wal_file_path(dir, n), &old(n))?;
+    }
+    fs.sync_dir(dir)?;
+    report.log_records_dropped = d.records;
+    report.lost_seqs = Some(match report.lost_seqs {
+        Some((a, b)) => (a.min(d.seqs.0), b.max(d.seqs.1)),
+        None => d.seqs,
+    });
+    report.notes.push(format!(
+        "{} is damaged at byte {} ({}), and {} valid record(s) follow it: the log now ends \
+         before the damage (point-in-time recovery), so the writes with sequence numbers {} to \
+         {} are lost; the original files are kept as wal-*.log.old",
+        wal::wal_file_name(d.file),
+        d.offset,
+        d.reason,
+        d.records,
+        d.seqs.0,
+        d.seqs.1
+    ));
+    Ok(true)
+}
+
 /// Notes writes that neither the kept index nor the log holds: the log's first record above
 /// the kept durable sequence number starts past the next one.
 fn report_log_gap(
@@ -377,4 +459,100 @@ fn report_log_gap(
         }
     }
     Ok(())
+}
+
+/// A damaged record in the write-ahead log that records the database needs follow: stopping
+/// there (point-in-time recovery) would drop them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LogDamage {
+    /// The log file holding the damage, and the byte where its valid prefix ends.
+    pub file: u64,
+    pub offset: u64,
+    pub reason: String,
+    /// The file was created in this boot, so no power cut can have torn it: the records after
+    /// the damage were acknowledged, and dropping them silently would lose them.
+    pub this_boot: bool,
+    /// Valid records after the damage (above the index's durable sequence number) that the
+    /// log's valid prefix does not reach, and the sequence numbers recovery to the point
+    /// before the damage loses (the damaged record's and theirs).
+    pub records: u64,
+    pub seqs: (u64, u64),
+}
+
+impl LogDamage {
+    /// The error an open returns for it.
+    pub(crate) fn error(&self, dir: &Path) -> Error {
+        Error::corruption(
+            format!("WAL file {}", wal::wal_file_path(dir, self.file).display()),
+            None,
+            format!(
+                "the record at byte {} is damaged ({}) but {} valid record(s) follow it, \
+                 which no crash leaves in a log file written since the machine started: not a \
+                 torn tail, and stopping there would drop the writes with sequence numbers {} \
+                 to {}; `Db::repair` (`woods repair DIR`) recovers to the point before the \
+                 damage and reports what it drops",
+                self.offset, self.reason, self.records, self.seqs.0, self.seqs.1
+            ),
+        )
+    }
+}
+
+/// Finds the first damaged place of the log that drops records the database needs (above
+/// `durable_seq`): records found after the bad bytes of a file, or the later files' records
+/// that no longer continue the log after a tear. A torn tail (nothing needed after it) is not
+/// damage. A gap between files that no tear explains (a missing file) is not reported here:
+/// the open stops at it, as before.
+pub(crate) fn log_damage(replay: &wal::Replay, durable_seq: u64) -> Result<Option<LogDamage>> {
+    // The records the open's replay applies, and the first it does not (a gap).
+    let mut last = durable_seq;
+    let mut dropped: Vec<(u64, u64, u64)> = Vec::new();
+    for (rec, &file) in replay.records.iter().zip(&replay.record_files) {
+        let b = batch::decode(rec)?;
+        let end = b.first_seq + (b.ops.len() as u64).max(1) - 1;
+        if b.first_seq <= durable_seq {
+            continue;
+        }
+        if dropped.is_empty() && b.first_seq == last + 1 {
+            last = end;
+        } else {
+            dropped.push((file, b.first_seq, end));
+        }
+    }
+    for (i, at) in replay.tears.iter().enumerate() {
+        // A record found by resynchronising may be a chance match inside a payload: only those
+        // that decode count.
+        let here = at
+            .followed_by
+            .iter()
+            .filter_map(|r| batch::decode(r).ok())
+            .filter(|b| b.first_seq > durable_seq)
+            .map(|b| {
+                (
+                    at.file,
+                    b.first_seq,
+                    b.first_seq + (b.ops.len() as u64).max(1) - 1,
+                )
+            });
+        let later = dropped.iter().copied().filter(|d| d.0 > at.file);
+        let lost: Vec<(u64, u64, u64)> = here.chain(later).collect();
+        // Records in later files are this tear's loss only when no later tear comes first.
+        let next_tear = replay.tears.get(i + 1).map_or(u64::MAX, |t| t.file);
+        let own = !at.followed_by.is_empty() && lost.iter().any(|d| d.0 == at.file)
+            || dropped
+                .first()
+                .is_some_and(|d| d.0 > at.file && d.0 <= next_tear);
+        if own && !lost.is_empty() {
+            return Ok(Some(LogDamage {
+                file: at.file,
+                offset: at.offset,
+                reason: at.reason.clone(),
+                this_boot: at.this_boot,
+                records: lost.len() as u64,
+                // Point-in-time recovery keeps the writes up to `last`: everything after it,
+                // the damaged record's own writes included, is what it drops.
+                seqs: (last + 1, lost.iter().map(|d| d.2).max().unwrap_or(last)),
+            }));
+        }
+    }
+    Ok(None)
 }

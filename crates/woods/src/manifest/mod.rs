@@ -29,8 +29,10 @@ use crate::wal::{frame_record, next_record, NextRecord, RECORD_HEADER_LEN};
 pub const MANIFEST_MAGIC: [u8; 8] = *b"WOODSMAN";
 /// Format major version this build writes and reads; any other major is refused.
 pub const MANIFEST_FORMAT_MAJOR: u16 = 2;
-/// Format minor version this build writes (readers accept any minor of their major).
-pub const MANIFEST_FORMAT_MINOR: u16 = 0;
+/// Format minor version this build writes (readers accept any minor of their major). Minor 1
+/// writes a snapshot record in the middle of a log every [`SNAPSHOT_EVERY`] records (minor-0
+/// readers already take a snapshot record anywhere as the whole state).
+pub const MANIFEST_FORMAT_MINOR: u16 = 1;
 /// Size of a manifest log's header.
 pub const MANIFEST_HEADER_LEN: usize = 32;
 /// Name of the file that names the live manifest log.
@@ -41,6 +43,10 @@ pub const CURRENT_TMP_FILE: &str = "CURRENT.tmp";
 pub const MAX_MANIFEST_RECORD: u32 = 1 << 30;
 /// A log is rolled over once it would exceed the larger of this and 4 × its snapshot record.
 pub const ROLLOVER_MIN_BYTES: u64 = 4 << 20;
+/// A commit is written as a whole snapshot, not a delta, once this many records (deltas and
+/// opens) follow the log's last snapshot: a damaged record then costs repair nothing when a
+/// snapshot follows it, since the snapshot holds the whole state after it (format minor 1).
+pub const SNAPSHOT_EVERY: u64 = 8;
 
 const TAG_SNAPSHOT: u8 = 1;
 /// A writable open: a new incarnation (and the rollback point it found, if any).
@@ -104,6 +110,10 @@ pub struct Salvaged {
     pub damaged_at: Option<u64>,
     /// Valid records found after the damaged one: commits missing from `state`.
     pub lost_records: u64,
+    /// Damaged records `state` was recovered past, each with the valid records between it and
+    /// the snapshot after it (byte offset, records): a later snapshot holds the whole state, so
+    /// nothing of theirs is missing from `state`.
+    pub passed_damage: Vec<(u64, u64)>,
     /// Above every incarnation the log's records name or could have named: its records, and
     /// one per [`MIN_OPEN_FRAME`] bytes of it that no valid record accounts for.
     pub incarnation_bound: u64,
@@ -144,6 +154,8 @@ struct Inner {
     torn_bytes: u64,
     /// Framed size of the live log's snapshot record.
     snapshot_len: u64,
+    /// Records (deltas and opens) after the live log's last snapshot.
+    since_snapshot: u64,
     poisoned: Option<String>,
     /// The database's failure: once tripped, no commit is made (one could record work built
     /// on a write that failed).
@@ -560,6 +572,11 @@ pub(crate) struct Loaded {
     /// Salvaging only: where the damaged record that valid records follow starts, and how many
     /// valid records were found after it (their commits are not in `state`).
     damage: Option<(u64, u64)>,
+    /// Salvaging only: damaged records passed through a later snapshot (offset, valid records
+    /// between the damage and that snapshot).
+    passed: Vec<(u64, u64)>,
+    /// Records after the last snapshot.
+    since_snapshot: u64,
 }
 
 /// What [`load_log`] does with a bad record that valid records follow.
@@ -590,6 +607,26 @@ fn valid_records_after(buf: &[u8], from: usize) -> u64 {
     count
 }
 
+/// The first valid snapshot record at or after byte `from` of `buf` (every offset tried), and
+/// how many valid records come before it: where salvage can resume past a damaged record.
+fn snapshot_after(buf: &[u8], from: usize) -> Option<(usize, u64)> {
+    let mut before = 0;
+    let mut off = from;
+    while off + RECORD_HEADER_LEN <= buf.len() {
+        match next_record(buf, off, MAX_MANIFEST_RECORD) {
+            NextRecord::Record(payload, next) => {
+                if payload.first() == Some(&TAG_SNAPSHOT) && decode_record(payload).is_ok() {
+                    return Some((off, before));
+                }
+                before += 1;
+                off = next;
+            }
+            _ => off += 1,
+        }
+    }
+    None
+}
+
 pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Loaded> {
     if buf.len() < MANIFEST_HEADER_LEN || buf[..8] != MANIFEST_MAGIC {
         return Err(Error::corruption(
@@ -617,19 +654,30 @@ pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Lo
     let mut snapshot_len = 0;
     let mut index = 0u64;
     let mut damage = None;
+    let mut passed = Vec::new();
+    let mut since_snapshot = 0;
     let torn_tail = loop {
         let (payload, next) = match next_record(buf, off, MAX_MANIFEST_RECORD) {
             NextRecord::Record(payload, next) => (payload, next),
             NextRecord::End => break false,
-            // The snapshot is synced before CURRENT names the log, so it is never torn by a crash.
-            NextRecord::Torn(reason) if index == 0 => {
-                return Err(Error::corruption(
-                    name,
-                    None,
-                    format!("snapshot record unreadable: {reason}"),
-                ))
-            }
             NextRecord::Torn(reason) => {
+                // Salvaging: a later snapshot holds the whole state after the damage.
+                if on_damage == OnDamage::Salvage {
+                    if let Some((at, before)) = snapshot_after(buf, off + 1) {
+                        passed.push((off as u64, before));
+                        off = at;
+                        continue;
+                    }
+                }
+                // The snapshot is synced before CURRENT names the log, so it is never torn by
+                // a crash.
+                if index == 0 {
+                    return Err(Error::corruption(
+                        name,
+                        None,
+                        format!("snapshot record unreadable: {reason}"),
+                    ));
+                }
                 let after = valid_records_after(buf, off + 1);
                 if after == 0 {
                     // What a crash during the last commit leaves: treated as absent.
@@ -642,7 +690,8 @@ pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Lo
                         format!(
                             "record {index} at byte {off} is damaged ({reason}) but {after} valid \
                              record(s) follow it: not a torn tail; {REPAIR_HINT} (keeping the \
-                             state before the damage)"
+                             newest state a later snapshot record holds, else the state before \
+                             the damage)"
                         ),
                     ));
                 }
@@ -678,6 +727,7 @@ pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Lo
                 state.incarnation = incarnation;
                 state.rollbacks = rollbacks;
                 snapshot_len = (next - off) as u64;
+                since_snapshot = 0;
             }
             Record::Open { incarnation, found } if index > 0 => {
                 if incarnation <= state.incarnation {
@@ -696,12 +746,14 @@ pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Lo
                     .map_err(|detail| Error::corruption(what(), None, detail))?;
                 state.incarnation = incarnation;
                 state.rollbacks = rollbacks;
+                since_snapshot += 1;
             }
             Record::Delta(c) if index > 0 => {
                 apply_extents(&mut allocated, &c, &what)?;
                 state.index_meta = c.index_meta;
                 state.durable_seq = c.durable_seq;
                 state.commits += 1;
+                since_snapshot += 1;
             }
             Record::Delta(_) | Record::Open { .. } => {
                 return Err(Error::corruption(
@@ -734,6 +786,8 @@ pub(crate) fn load_log(name: &str, buf: &[u8], on_damage: OnDamage) -> Result<Lo
         torn_tail,
         snapshot_len,
         damage,
+        passed,
+        since_snapshot,
     })
 }
 
@@ -802,6 +856,7 @@ impl Manifest {
                 torn_tail: false,
                 torn_bytes: 0,
                 snapshot_len: log_len - MANIFEST_HEADER_LEN as u64,
+                since_snapshot: 0,
                 poisoned: None,
                 refuse_after: None,
             }),
@@ -905,6 +960,7 @@ impl Manifest {
                 torn_tail: loaded.torn_tail,
                 torn_bytes: loaded.torn_bytes,
                 snapshot_len: loaded.snapshot_len,
+                since_snapshot: loaded.since_snapshot,
                 poisoned: None,
                 refuse_after: None,
             }),
@@ -913,7 +969,9 @@ impl Manifest {
     }
 
     /// Reads every manifest log in `dir` without trusting `CURRENT`, for repair: each log's
-    /// state up to its first bad record, whether or not valid records follow it (those
+    /// newest state it can reach. A bad record that a valid snapshot follows is passed (the
+    /// snapshot holds the whole state after it; [`Salvaged::passed_damage`]); past one that no
+    /// snapshot follows the state stops, whether or not valid records follow it (those
     /// commits are then missing from the state, and [`Salvaged::lost_records`] counts them).
     /// Writes nothing. Logs whose header or snapshot is unreadable come back as errors.
     pub fn salvage(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Vec<(u64, Result<Salvaged>)> {
@@ -928,6 +986,7 @@ impl Manifest {
                     state: l.state,
                     damaged_at: l.damage.map(|(off, _)| off),
                     lost_records: l.damage.map_or(0, |(_, n)| n),
+                    passed_damage: l.passed,
                     incarnation_bound: l.incarnation_bound,
                 });
                 (number, salvaged)
@@ -1064,6 +1123,7 @@ impl Manifest {
         inner.log_len = log_len;
         inner.torn_tail = false;
         inner.snapshot_len = log_len - MANIFEST_HEADER_LEN as u64;
+        inner.since_snapshot = 0;
         Ok(())
     }
 
@@ -1104,8 +1164,8 @@ impl Manifest {
             .min_rollover
             .load(Ordering::Relaxed)
             .max(inner.snapshot_len.saturating_mul(4));
-        let result = if inner.log_len + frame.len() as u64 > limit {
-            let snapshot = encode_snapshot(
+        let snapshot = || {
+            encode_snapshot(
                 &inner.config,
                 &c.index_meta,
                 c.durable_seq,
@@ -1115,10 +1175,27 @@ impl Manifest {
                     incarnation: inner.incarnation,
                     rollbacks: &inner.rollbacks,
                 },
-            );
+            )
+        };
+        let result = if inner.log_len + frame.len() as u64 > limit {
+            let snapshot = snapshot();
             self.rollover(inner, &snapshot)
+        } else if inner.since_snapshot + 1 >= SNAPSHOT_EVERY {
+            // The whole state after this commit, in place of its delta.
+            let snapshot = snapshot();
+            match check_record_len(snapshot.len()) {
+                Ok(()) => {
+                    let frame = frame_record(&snapshot);
+                    self.append(inner, &frame).map(|()| {
+                        inner.snapshot_len = frame.len() as u64;
+                        inner.since_snapshot = 0;
+                    })
+                }
+                Err(e) => Err(e),
+            }
         } else {
             self.append(inner, &frame)
+                .map(|()| inner.since_snapshot += 1)
         };
         if let Err(e) = result {
             return Err(Self::poison(inner, e));
@@ -1165,6 +1242,7 @@ impl Manifest {
             return Err(Self::poison(inner, e));
         }
         inner.incarnation = next;
+        inner.since_snapshot += 1;
         inner.rollbacks.extend(found);
         if let Some(stamps) = &inner.stamps {
             stamps.reset(next, inner.commits, inner.rollbacks.clone());

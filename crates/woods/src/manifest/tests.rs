@@ -806,3 +806,78 @@ fn manifest_bad_open_record_is_corruption() {
         expect_corruption(open(&fs), "incarnation");
     }
 }
+
+/// A snapshot record every `SNAPSHOT_EVERY` records: salvage passes a damaged record that a
+/// snapshot follows and reaches the log's newest state, whole (allocation included), where it
+/// used to stop at the state before the damage and lose every later commit. Opening still
+/// refuses the damaged log (repair decides).
+#[test]
+fn manifest_salvage_passes_damage_through_a_later_snapshot() {
+    let fs = FaultFs::new();
+    let m = create(&fs);
+    let mut states = vec![m.state()];
+    let mut ends = vec![fs.file_len(&log_path(1)).unwrap()];
+    for s in history(22).iter().filter(|s| matches!(s, Step::Commit(_))) {
+        run_step(&m, s).unwrap();
+        states.push(m.state());
+        ends.push(fs.file_len(&log_path(1)).unwrap());
+    }
+    assert_eq!(m.log_number(), 1, "the history fits one log");
+    drop(m);
+    let last = states.len() - 1;
+    // Every eighth record after the first snapshot is a snapshot: commits 8 and 16 here.
+    let buf = read_whole(&fs, &log_path(1), &counters()).unwrap();
+    let tags: Vec<u8> = (1..=last)
+        .map(|i| buf[ends[i - 1] as usize + RECORD_HEADER_LEN])
+        .collect();
+    let snapshots: Vec<usize> = (1..=last)
+        .filter(|&i| tags[i - 1] == TAG_SNAPSHOT)
+        .collect();
+    assert_eq!(snapshots, vec![8, 16], "tags {tags:?}");
+    for (commit, off) in [(3, ends[2] + 9), (10, ends[9] + 1), (3, ends[3] - 1)] {
+        let fs2 = fs.clone();
+        assert!(fs2.flip_byte(&log_path(1), off));
+        assert!(matches!(open(&fs2), Err(Error::Corruption { .. })));
+        let salvaged = Manifest::salvage(&fs2, &dir(), &counters());
+        let s = salvaged[0].1.as_ref().unwrap();
+        assert_eq!(s.state, states[last], "flip at {off} (commit {commit})");
+        assert_eq!(s.damaged_at, None);
+        assert_eq!(s.lost_records, 0);
+        let next_snapshot = snapshots.iter().find(|&&i| i > commit).unwrap();
+        assert_eq!(
+            s.passed_damage,
+            vec![(ends[commit - 1], (next_snapshot - commit - 1) as u64)]
+        );
+        assert!(fs2.flip_byte(&log_path(1), off));
+    }
+    // Damage after the last snapshot: the state before it, as before.
+    let fs2 = fs.clone();
+    assert!(fs2.flip_byte(&log_path(1), ends[18] + 9));
+    let s = Manifest::salvage(&fs2, &dir(), &counters())
+        .remove(0)
+        .1
+        .unwrap();
+    assert_eq!(s.state, states[18]);
+    assert_eq!(s.damaged_at, Some(ends[18]));
+    assert_eq!(s.lost_records, (last - 19) as u64);
+    assert!(fs2.flip_byte(&log_path(1), ends[18] + 9));
+    // Reopened, the log goes on counting from its last snapshot (commit 16, six records
+    // back): commit 23 is a delta, commit 24 the eighth record, a snapshot.
+    let (m, st) = open(&fs).unwrap();
+    assert_eq!(st, states[last]);
+    let mut starts = Vec::new();
+    for i in 0..2 {
+        starts.push(fs.file_len(&log_path(1)).unwrap() as usize);
+        let c = Commit {
+            index_meta: format!("after reopen {i}").into_bytes(),
+            durable_seq: st.durable_seq + 1 + i,
+            ..Commit::default()
+        };
+        m.commit(c).unwrap();
+    }
+    let buf = read_whole(&fs, &log_path(1), &counters()).unwrap();
+    assert_eq!(buf[starts[0] + RECORD_HEADER_LEN], TAG_DELTA);
+    assert_eq!(buf[starts[1] + RECORD_HEADER_LEN], TAG_SNAPSHOT);
+    assert_eq!(st, states[last]);
+    drop(m);
+}

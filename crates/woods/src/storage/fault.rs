@@ -245,6 +245,8 @@ struct State {
     cut_point: Option<CutPoint>,
     /// The power is off: every operation fails until `power_on`.
     off: bool,
+    /// Power cuts so far: each is a new boot ([`Fs::boot_tag`]).
+    boots: u32,
 }
 
 /// A planned power cut: at which operation, and what survives it.
@@ -343,6 +345,7 @@ impl State {
         self.plan = FaultPlan::default();
         self.failed = false;
         self.cut_plan = None;
+        self.boots = self.boots.wrapping_add(1);
     }
 }
 
@@ -553,6 +556,7 @@ impl FaultFs {
             dirs: s.dirs.clone(),
             next_id: s.next_id,
             generation: s.generation,
+            boots: s.boots,
             ..State::default()
         };
         FaultFs {
@@ -674,6 +678,12 @@ impl Fs for FaultFs {
         s.dir_durable = durable;
         s.dir_pending.retain(|op| !op.in_dir(dir));
         Ok(())
+    }
+
+    /// One boot per power cut: every cut ([`FaultFs::power_cut`], a planned cut, a random
+    /// one) starts a new boot, a process kill does not, and a fork shares its original's.
+    fn boot_tag(&self) -> u32 {
+        self.state.lock().boots.wrapping_add(1).max(1)
     }
 
     fn lock(&self, path: &Path) -> Result<Box<dyn Any + Send + Sync>> {

@@ -63,6 +63,14 @@ pub trait Fs: Send + Sync + 'static {
     /// Takes an exclusive lock on `path` (created if needed) for as long as the guard lives.
     /// A lock already held, by this process or another, is `Error::Locked`.
     fn lock(&self, path: &Path) -> Result<Box<dyn Any + Send + Sync>>;
+    /// A tag of the machine's current boot, non-zero, or 0 where the backend cannot tell.
+    ///
+    /// Files written in this boot cannot have lost what was written to them to a power cut
+    /// (that needs a new boot), only to damage: the log's recovery uses it to tell a torn tail
+    /// from a damaged record ([`crate::wal::replay`]).
+    fn boot_tag(&self) -> u32 {
+        0
+    }
 }
 
 /// An open file. Positional reads and writes only; no shared cursor.

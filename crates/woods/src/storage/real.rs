@@ -101,6 +101,15 @@ impl Fs for RealFs {
             .map_err(|e| Error::io(ctx("syncing directory", dir), e))
     }
 
+    /// A checksum of Linux's `/proc/sys/kernel/random/boot_id`, read once; 0 elsewhere.
+    fn boot_tag(&self) -> u32 {
+        static TAG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        *TAG.get_or_init(|| match fs::read("/proc/sys/kernel/random/boot_id") {
+            Ok(id) if !id.is_empty() => crc32c::crc32c(&id).max(1),
+            _ => 0,
+        })
+    }
+
     fn lock(&self, path: &Path) -> Result<Box<dyn Any + Send + Sync>> {
         let file = OpenOptions::new()
             .read(true)

@@ -1,7 +1,7 @@
 //! The write-ahead log: append-only files of checksummed records, with group commit.
 //!
 //! Files are named `wal-{number:06}.log` in the database directory. Each starts with a 16-byte
-//! header (magic `WOODSWAL`, format major and minor version, 4 reserved zero bytes) followed by
+//! header (magic `WOODSWAL`, format major and minor version, the boot tag of its creation) followed by
 //! records framed as `[crc32c u32 LE][len u32 LE][payload]`, the checksum taken over the four
 //! length bytes followed by the payload. The payload is opaque here (the Db encodes a batch in
 //! it). The byte-by-byte format is in `docs/format.md`.
@@ -21,6 +21,12 @@
 //! nothing, as RocksDB's does. A power cut may then keep records of a newer file while an older
 //! file lost its tail; framing cannot see such a gap at a file boundary, so the consumer checks
 //! that records continue each other (the Db: batch sequence numbers) and stops at the first gap.
+//!
+//! Within one boot of the machine nothing but damage leaves a valid record after a bad one (a
+//! process crash loses nothing the OS was given), so each file's header carries the boot tag
+//! of its creation ([`Fs::boot_tag`]) and replay notes the valid records after each tear
+//! ([`TornAt::followed_by`]): the Db refuses to open past damage in a file of this boot rather
+//! than drop acknowledged writes (`repair::log_damage`).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -36,9 +42,11 @@ use crate::storage::{File, Fs, IoCounters, OpenMode, Purpose, SharedMap};
 pub const WAL_MAGIC: [u8; 8] = *b"WOODSWAL";
 /// Format major version this build writes and reads; any other major is refused.
 pub const WAL_FORMAT_MAJOR: u16 = 1;
-/// Format minor version this build writes (readers accept any minor of their major).
-pub const WAL_FORMAT_MINOR: u16 = 0;
-/// Size of the file header: magic (8), major (2), minor (2), reserved zeros (4).
+/// Format minor version this build writes (readers accept any minor of their major). Minor 1
+/// puts the boot tag of the machine that created the file in the header's last four bytes
+/// (minor 0 left them zero: "unknown").
+pub const WAL_FORMAT_MINOR: u16 = 1;
+/// Size of the file header: magic (8), major (2), minor (2), boot tag (4).
 pub const WAL_HEADER_LEN: usize = 16;
 /// Size of a record's frame header: checksum (4) and payload length (4).
 pub const RECORD_HEADER_LEN: usize = 8;
@@ -113,11 +121,12 @@ pub(crate) fn next_record(buf: &[u8], off: usize, max_len: u32) -> NextRecord<'_
     NextRecord::Record(payload, off + RECORD_HEADER_LEN + len as usize)
 }
 
-fn wal_header() -> [u8; WAL_HEADER_LEN] {
+fn wal_header(boot_tag: u32) -> [u8; WAL_HEADER_LEN] {
     let mut h = [0u8; WAL_HEADER_LEN];
     h[..8].copy_from_slice(&WAL_MAGIC);
     h[8..10].copy_from_slice(&WAL_FORMAT_MAJOR.to_le_bytes());
     h[10..12].copy_from_slice(&WAL_FORMAT_MINOR.to_le_bytes());
+    h[12..16].copy_from_slice(&boot_tag.to_le_bytes());
     h
 }
 
@@ -190,7 +199,7 @@ fn create_file(
     if file.len()? != 0 {
         file.set_len(0)?;
     }
-    let header = wal_header();
+    let header = wal_header(fs.boot_tag());
     file.write_all_at(&header, 0)?;
     counters.record_write(Purpose::Wal, header.len());
     file.sync()?;
@@ -515,6 +524,14 @@ pub struct TornAt {
     pub offset: u64,
     /// Why the bytes there were rejected.
     pub reason: String,
+    /// Valid records found after the bad bytes in the same file (every offset tried), which
+    /// its valid prefix does not hold. A crash leaves none: a record is appended only after the
+    /// one before it was written whole. A power cut can (the OS writes back in its own order);
+    /// damage can.
+    pub followed_by: Vec<Vec<u8>>,
+    /// The file was created in this boot of the machine ([`Fs::boot_tag`]): no power cut can
+    /// have torn it since, so valid records after its tear mean damage, not a torn tail.
+    pub this_boot: bool,
 }
 
 /// What [`replay`] recovered.
@@ -524,12 +541,47 @@ pub struct Replay {
     /// each other; whether a file's records continue the previous file's is for the consumer to
     /// check (the Db: batch sequence numbers).
     pub records: Vec<Vec<u8>>,
+    /// The file each of `records` came from.
+    pub record_files: Vec<u64>,
     /// Every WAL file found in the directory, ascending.
     pub files: Vec<u64>,
     /// Whether some file ended before its last byte (a torn record or header).
     pub torn: bool,
     /// Where each such file's valid prefix ends, in file order.
     pub tears: Vec<TornAt>,
+}
+
+impl Replay {
+    /// The valid records that follow tear `i` but are not in the log's valid prefix up to it:
+    /// those found after the bad bytes in its file, then every record of the later files.
+    /// Point-in-time recovery (stopping at the tear) drops them.
+    pub fn after_tear(&self, i: usize) -> impl Iterator<Item = &[u8]> {
+        let at = &self.tears[i];
+        let later = self
+            .records
+            .iter()
+            .zip(&self.record_files)
+            .filter(move |(_, &f)| f > at.file)
+            .map(|(r, _)| r.as_slice());
+        at.followed_by.iter().map(Vec::as_slice).chain(later)
+    }
+}
+
+/// The valid records that start at or after byte `from` of `buf`, resynchronising at every
+/// offset (the bad record's own length field may be what is damaged), up to a zeroed tail.
+fn valid_records_after(buf: &[u8], from: usize) -> Vec<Vec<u8>> {
+    let mut found = Vec::new();
+    let mut off = from;
+    while off + RECORD_HEADER_LEN <= buf.len() && !zero_tail(buf, off) {
+        match next_record(buf, off, MAX_WAL_RECORD) {
+            NextRecord::Record(payload, next) => {
+                found.push(payload.to_vec());
+                off = next;
+            }
+            _ => off += 1,
+        }
+    }
+    found
 }
 
 /// Reads every WAL file of `dir` in number order and returns each file's valid prefix of
@@ -544,6 +596,7 @@ pub struct Replay {
 /// with the right magic and an unknown major version is [`Error::UnsupportedFormat`].
 pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> {
     let files = list_wal_files(fs, dir)?;
+    let boot = fs.boot_tag();
     let mut out = Replay {
         files: files.clone(),
         ..Replay::default()
@@ -569,14 +622,23 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
         file.read_exact_at(&mut buf, 0)?;
         counters.record_read(Purpose::Wal, len);
 
-        let torn = |offset: usize, reason: &str| TornAt {
+        let tag = buf
+            .get(12..16)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        let torn = |offset: usize, reason: &str, followed_by: Vec<Vec<u8>>| TornAt {
             file: number,
             offset: offset as u64,
             reason: reason.into(),
+            followed_by,
+            this_boot: tag != 0 && tag == boot,
         };
         if buf.len() < WAL_HEADER_LEN || buf[..8] != WAL_MAGIC {
             out.torn = true;
-            out.tears.push(torn(0, "short or garbled file header"));
+            // A file whose header a crash tore holds no record; one whose header was damaged
+            // may: they are found as after any bad bytes (and this boot is not known).
+            let after = valid_records_after(&buf, WAL_HEADER_LEN.min(buf.len()));
+            out.tears
+                .push(torn(0, "short or garbled file header", after));
             continue;
         }
         let major = u16::from_le_bytes([buf[8], buf[9]]);
@@ -595,12 +657,14 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
             match next_record(&buf, off, MAX_WAL_RECORD) {
                 NextRecord::Record(payload, next) => {
                     out.records.push(payload.to_vec());
+                    out.record_files.push(number);
                     off = next;
                 }
                 NextRecord::End => break,
                 NextRecord::Torn(reason) => {
                     out.torn = true;
-                    out.tears.push(torn(off, reason));
+                    let after = valid_records_after(&buf, off + 1);
+                    out.tears.push(torn(off, reason, after));
                     break;
                 }
             }

@@ -151,9 +151,45 @@ fn wal_flipped_byte_ends_that_file_only() {
                 .collect::<Vec<_>>(),
             vec![(1, ends[3])]
         );
+        // What follows the damage in its file is found, and the file is of this boot.
+        assert_eq!(r.tears[0].followed_by, vec![payload(4), payload(5)]);
+        assert!(r.tears[0].this_boot);
+        assert_eq!(r.record_files, vec![1, 1, 1, 2]);
+        let after: Vec<&[u8]> = r.after_tear(0).collect();
+        assert_eq!(after, vec![&payload(4)[..], &payload(5)[..], b"later file"]);
         assert!(fs2.flip_byte(&wal_file_path(&dir(), 1), off)); // flip back
     }
     assert_eq!(replay(&fs, &dir(), &counters).unwrap().records.len(), 7);
+}
+
+/// A file's header carries the boot it was created in: after a power cut (a new boot) its
+/// tears are no longer this boot's, and a torn tail has nothing after it.
+#[test]
+fn wal_tears_know_their_boot_and_a_torn_tail_has_nothing_after_it() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    let mut ends = vec![WAL_HEADER_LEN as u64];
+    for i in 0..4 {
+        let pos = w.append(&payload(i)).unwrap();
+        w.sync_to(pos).unwrap();
+        ends.push(fs.file_len(&wal_file_path(&dir(), 1)).unwrap());
+    }
+    drop(w);
+    let path = wal_file_path(&dir(), 1);
+    // The last record damaged: a torn tail, nothing valid after it.
+    assert!(fs.flip_byte(&path, ends[4] - 1));
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.tears.len(), 1);
+    assert!(r.tears[0].followed_by.is_empty());
+    assert!(r.tears[0].this_boot);
+    assert!(fs.flip_byte(&path, ends[4] - 1));
+    // A middle record damaged, then the machine restarts.
+    assert!(fs.flip_byte(&path, ends[1] + 9));
+    fs.power_cut();
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.tears.len(), 1);
+    assert_eq!(r.tears[0].followed_by, vec![payload(2), payload(3)]);
+    assert!(!r.tears[0].this_boot, "a power cut is a new boot");
 }
 
 #[test]
