@@ -79,8 +79,7 @@ pub fn parse_stat_reads(text: &str) -> Option<u64> {
 pub fn parse_diskstats_reads(text: &str, major: u32, minor: u32) -> Option<u64> {
     text.lines().find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 4 || f[0].parse::<u32>().ok()? != major || f[1].parse::<u32>().ok()? != minor
-        {
+        if f.len() < 4 || f[0].parse::<u32>().ok()? != major || f[1].parse::<u32>().ok()? != minor {
             return None;
         }
         f[3].parse().ok()
