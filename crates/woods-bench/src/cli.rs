@@ -44,6 +44,8 @@ own operation count, the others run --ops):
   overwrite     puts of new versions of records chosen uniformly at random
   readrandom    gets of records chosen uniformly at random; with --miss-ratio R, a share R of \
 them look up keys no record has (inside the records' key range), which must be not found
+  readmissing   gets of keys no record has (inside the records' key range), chosen uniformly at \
+random; each must be not found
   readseq       one iterator per thread from its share of the key space, OPS entries in all
   seekrandom    a seek to a record chosen uniformly at random, then --seek-nexts nexts
   deleterandom  deletes of records chosen uniformly at random
@@ -80,6 +82,10 @@ Figures per engine and phase (all in the JSON file):
 value))
   B read/op          device bytes read (/proc/self/io read_bytes) per operation, in phases that \
 read
+  dev reads/get      read requests the block device under --dir completed from the first \
+operation to the last ÷ gets (reads and read-modify-writes), in phases that read; the device \
+counts every process, and in phases that write, the engine's merges too: an upper bound
+  own reads/get      the engine's own count of device reads for user reads ÷ gets (woods)
   CPU time, per-second throughput, peak RSS (getrusage)
   peak mem           peak memory charged to the engine's cgroup in the phase, page cache \
 included

@@ -70,6 +70,22 @@ pub fn parse_stat(text: &str) -> Option<u64> {
     text.split_whitespace().nth(6)?.parse().ok()
 }
 
+/// The read requests completed, field 1 of a sysfs block `stat` file.
+pub fn parse_stat_reads(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// The read requests completed by device `major:minor` in `/proc/diskstats` (its 4th column).
+pub fn parse_diskstats_reads(text: &str, major: u32, minor: u32) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 4 || f[0].parse::<u32>().ok()? != major || f[1].parse::<u32>().ok()? != minor {
+            return None;
+        }
+        f[3].parse().ok()
+    })
+}
+
 /// The name and sectors written of device `major:minor` in `/proc/diskstats` (`major minor name
 /// reads merged sectors ticks writes merged sectors ...`: the 10th column).
 pub fn parse_diskstats(text: &str, major: u32, minor: u32) -> Option<(String, u64)> {
@@ -207,6 +223,25 @@ impl BlockDevice {
                     self.label()
                 )
             })
+    }
+
+    /// Read requests the device has completed since boot (every process's: an upper bound of
+    /// one engine's over a span).
+    pub fn reads_completed(&self) -> Result<u64, String> {
+        let text = fs::read_to_string(&self.source)
+            .map_err(|e| format!("reading {}: {e}", self.source.display()))?;
+        let reads = if self.diskstats {
+            parse_diskstats_reads(&text, self.major, self.minor)
+        } else {
+            parse_stat_reads(&text)
+        };
+        reads.ok_or_else(|| {
+            format!(
+                "{} has no reads-completed count for {}",
+                self.source.display(),
+                self.label()
+            )
+        })
     }
 
     /// The device's read-ahead in KiB (`queue/read_ahead_kb` of it, or of the disk a partition
@@ -386,6 +421,11 @@ mod tests {
     #[test]
     fn parses_stat_and_diskstats() {
         assert_eq!(parse_stat(STAT), Some(61_728_912));
+        assert_eq!(parse_stat_reads(STAT), Some(2_512_494));
+        assert_eq!(parse_stat_reads("x 2 3"), None);
+        assert_eq!(parse_diskstats_reads(DISKSTATS, 254, 0), Some(2_507_368));
+        assert_eq!(parse_diskstats_reads(DISKSTATS, 254, 1), Some(10));
+        assert_eq!(parse_diskstats_reads(DISKSTATS, 254, 2), None);
         assert_eq!(parse_stat("1 2 3"), None);
         assert_eq!(parse_stat("1 2 3 4 5 6 x"), None);
         assert_eq!(

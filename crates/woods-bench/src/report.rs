@@ -133,6 +133,18 @@ fn columns() -> Vec<Column> {
             ratio: true,
         },
         Column {
+            header: "dev reads/get",
+            value: |p| p.device_reads_per_get,
+            show: |v| format!("{v:.3}"),
+            ratio: true,
+        },
+        Column {
+            header: "own reads/get",
+            value: |p| p.own_reads_per_get,
+            show: |v| format!("{v:.3}"),
+            ratio: true,
+        },
+        Column {
             header: "CPU s",
             value: |p| Some(p.cpu_user_secs + p.cpu_system_secs),
             show: secs,

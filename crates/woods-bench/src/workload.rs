@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Enforcement;
-use crate::device::{self, DeviceProbe};
+use crate::device::{self, BlockDevice, DeviceProbe};
 use crate::dist::{Discrete, Rng, ScrambledZipfian, SkewedLatest};
 use crate::engine::{
     self, BenchError, BenchResult, Engine, EngineConfig, ExtraEngines, OwnCounters,
@@ -49,6 +49,10 @@ pub enum Workload {
     /// Gets of records chosen uniformly at random; with a miss ratio, some of keys no record has.
     #[serde(rename = "readrandom")]
     ReadRandom,
+    /// Gets of keys no record has (inside the records' key range), chosen uniformly at random:
+    /// every one must be not found (a filter's or routing's false positives cost reads here).
+    #[serde(rename = "readmissing")]
+    ReadMissing,
     /// One iterator per client from its share of the key space, reading entry after entry.
     #[serde(rename = "readseq")]
     ReadSeq,
@@ -96,12 +100,13 @@ pub const MAX_SCAN_LENGTH: u64 = 100;
 
 impl Workload {
     /// Every workload, in the order `woods bench --help` lists them.
-    pub const ALL: [Workload; 15] = [
+    pub const ALL: [Workload; 16] = [
         Workload::FillSeq,
         Workload::FillRandom,
         Workload::FillMixed,
         Workload::Overwrite,
         Workload::ReadRandom,
+        Workload::ReadMissing,
         Workload::ReadSeq,
         Workload::SeekRandom,
         Workload::DeleteRandom,
@@ -121,6 +126,7 @@ impl Workload {
             Workload::FillMixed => "fillmixed",
             Workload::Overwrite => "overwrite",
             Workload::ReadRandom => "readrandom",
+            Workload::ReadMissing => "readmissing",
             Workload::ReadSeq => "readseq",
             Workload::SeekRandom => "seekrandom",
             Workload::DeleteRandom => "deleterandom",
@@ -158,7 +164,11 @@ impl Workload {
     pub fn writes(self) -> bool {
         !matches!(
             self,
-            Workload::ReadRandom | Workload::ReadSeq | Workload::SeekRandom | Workload::YcsbC
+            Workload::ReadRandom
+                | Workload::ReadMissing
+                | Workload::ReadSeq
+                | Workload::SeekRandom
+                | Workload::YcsbC
         )
     }
 
@@ -491,6 +501,18 @@ pub struct PhaseResult {
     pub read_bytes_per_op: Option<f64>,
     /// The engine's own user-read bytes per operation.
     pub own_read_bytes_per_op: Option<f64>,
+    /// In phases that read: read requests the block device under the engine's directory
+    /// completed from the first operation to the last (not the open, drain or close). The
+    /// device counts every process's reads (and, in phases that write, the engine's merges), so
+    /// this is at least the engine's.
+    #[serde(default)]
+    pub device_reads: Option<u64>,
+    /// device_reads ÷ gets (reads and read-modify-writes): device reads per lookup.
+    #[serde(default)]
+    pub device_reads_per_get: Option<f64>,
+    /// The engine's own count of device reads for user reads ÷ gets, where it counts them.
+    #[serde(default)]
+    pub own_reads_per_get: Option<f64>,
     /// Bytes allocated under the engine's directory after the phase.
     pub disk_bytes: u64,
     /// Present records × (key + value) after the phase: what a user holds in the engine.
@@ -794,6 +816,11 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         permutation,
         deadline: cut_after(s).map(|d| Instant::now() + d),
     };
+    // The device's read count around the operations alone: the open reads metadata and
+    // filters, which are not the lookups' reads.
+    let block = w.reads().then(|| BlockDevice::of(&spec.dir));
+    let reads_now = || block.as_ref()?.as_ref().ok()?.reads_completed().ok();
+    let reads0 = reads_now();
     let start = Instant::now();
     let outcomes: Vec<BenchResult<ClientResult>> = thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -816,6 +843,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
             })
             .collect()
     });
+    let device_reads = reads0.zip(reads_now()).map(|(a, b)| b.saturating_sub(a));
     let mut rec = Recorder::starting_at(start).with_window(s.spec.window);
     let mut mix = OpCounts::default();
     let mut checked = 0;
@@ -891,6 +919,8 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         let b = b?;
         (w.reads() && ops_done > 0).then(|| b as f64 / ops_done as f64)
     };
+    let gets = mix.reads + mix.read_modify_writes;
+    let per_get = |n: Option<u64>| ratio(n?, gets);
     let r = PhaseResult {
         workload: w,
         ops: ops_done,
@@ -922,6 +952,9 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         own_write_amp_no_wal: write_amp(no_wal(own.written)),
         read_bytes_per_op: per_op(proc_read),
         own_read_bytes_per_op: per_op(own.user_read),
+        device_reads,
+        device_reads_per_get: per_get(device_reads),
+        own_reads_per_get: per_get(own.user_reads),
         disk_bytes: disk,
         live_user_bytes,
         space_amp: ratio(disk, live_user_bytes).unwrap_or(0.0),
@@ -1147,6 +1180,15 @@ impl<'a> Client<'a> {
                     } else {
                         self.get(i)?;
                     }
+                    if !self.tick(1) {
+                        break;
+                    }
+                }
+            }
+            Workload::ReadMissing => {
+                for _ in 0..mine {
+                    let i = self.rng.below(s.expected.acked());
+                    self.get_missing(i)?;
                     if !self.tick(1) {
                         break;
                     }

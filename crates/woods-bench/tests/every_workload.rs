@@ -309,3 +309,31 @@ fn small_keys_and_values() {
     assert!(phase(&r, 2).mix.not_found > 50);
     assert_eq!(phase(&r, 4).checked, 500);
 }
+
+/// readmissing looks up only keys no record has: every get is not found (a found one fails the
+/// run), and woods' own count of user-read device reads per get is recorded.
+#[test]
+fn readmissing_finds_nothing_and_counts_reads_per_get() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    for engine in ["woods:lsm", "woods:boa"] {
+        let s = spec(
+            tmp.path(),
+            engine,
+            &[(Workload::YcsbLoad, 0), (Workload::ReadMissing, 2000)],
+        );
+        let r = run(&s).unwrap_or_else(|e| panic!("{engine}: {e}"));
+        let miss = phase(&r, 1);
+        assert_eq!(miss.ops, 2000, "{engine}");
+        assert_eq!(
+            (miss.mix.reads, miss.mix.not_found, miss.checked),
+            (2000, 2000, 2000),
+            "{engine}"
+        );
+        let own = miss.own_reads_per_get.expect("woods counts its reads");
+        assert!(
+            (0.0..1.0).contains(&own),
+            "{engine}: {own} reads per absent key"
+        );
+    }
+}

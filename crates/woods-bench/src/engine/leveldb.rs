@@ -539,6 +539,7 @@ impl Engine for LevelDbEngine {
             written: None,
             wal_written: Some(self.wal.lock().map_or(0, |m| m.bytes)),
             user_read: None,
+            user_reads: None,
             ..Default::default()
         }
     }

@@ -136,6 +136,7 @@ impl Engine for LmdbEngine {
             // No write-ahead log: every byte written is the B+-tree's.
             wal_written: Some(0),
             user_read: None,
+            user_reads: None,
             ..Default::default()
         }
     }

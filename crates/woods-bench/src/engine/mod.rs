@@ -120,6 +120,10 @@ pub struct OwnCounters {
     pub wal_written: Option<u64>,
     /// Bytes read from the device to serve user reads, if the engine counts them.
     pub user_read: Option<u64>,
+    /// Device reads issued to serve user reads, if the engine counts them (woods: read
+    /// requests of purpose `UserRead`).
+    #[serde(default)]
+    pub user_reads: Option<u64>,
     /// How long writes waited inside the engine for its background work, where it records
     /// that (woods: the Db's stall and pacing counters).
     #[serde(default)]

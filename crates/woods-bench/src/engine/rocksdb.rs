@@ -215,6 +215,7 @@ impl Engine for RocksDbEngine {
             written,
             wal_written: wal,
             user_read: None,
+            user_reads: None,
             ..Default::default()
         }
     }

@@ -114,6 +114,7 @@ impl Engine for WoodsEngine {
             written: Some(io.total_written()),
             wal_written: Some(io.written(Purpose::Wal)),
             user_read: Some(io.read(Purpose::UserRead)),
+            user_reads: Some(io.read_ops[Purpose::UserRead as usize]),
             write_waits: Some(WriteWaits {
                 stalls: st.stalls,
                 stall_total_ns: ns(st.stall_total),
