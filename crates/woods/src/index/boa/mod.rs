@@ -561,13 +561,8 @@ impl Index for Boa {
     fn stats(&self) -> IndexStats {
         let v = self.version();
         let c = &self.counters;
-        let mut s = IndexStats {
-            kind: "boa".into(),
-            height: v.levels.len() as u64,
-            ..Default::default()
-        };
-        s.absorbs = c.absorbs.load(Ordering::Relaxed);
-        for (k, a) in [
+        let mut s = IndexStats::new("boa", v.levels.len() as u64, &c.absorbs);
+        s.count([
             ("flushes", &c.flushes),
             ("merges", &c.merges),
             ("bytes_flushed", &c.bytes_flushed),
@@ -577,9 +572,7 @@ impl Index for Boa {
             ("runs_probed", &c.probes),
             ("empty_probes", &c.empty_probes),
             ("prefix_matches", &c.prefix_matches),
-        ] {
-            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
-        }
+        ]);
         let runs: u64 = v.levels.iter().map(|l| l.runs.len() as u64).sum();
         s.counters.insert("runs".into(), runs);
         for (i, l) in v.levels.iter().enumerate() {

@@ -603,13 +603,8 @@ impl Index for FdTree {
     fn stats(&self) -> IndexStats {
         let v = self.version();
         let c = &self.counters;
-        let mut s = IndexStats {
-            kind: self.kind_name().into(),
-            height: v.levels.len() as u64,
-            ..Default::default()
-        };
-        s.absorbs = c.absorbs.load(Ordering::Relaxed);
-        for (name, a) in [
+        let mut s = IndexStats::new(self.kind_name(), v.levels.len() as u64, &c.absorbs);
+        s.count([
             ("merges", &c.merges),
             ("levels_added", &c.levels_added),
             ("entries_merged", &c.entries_merged),
@@ -620,9 +615,7 @@ impl Index for FdTree {
             ("merge_micros", &c.merge_micros),
             ("commits", &c.commits),
             ("commit_max_micros", &c.commit_max_micros),
-        ] {
-            s.counters.insert(name.into(), a.load(Ordering::Relaxed));
-        }
+        ]);
         for (i, n) in c.ended_at.lock().iter().enumerate() {
             s.counters
                 .insert(format!("cascades_ending_at_L{}", i + 1), *n);

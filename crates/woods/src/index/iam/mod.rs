@@ -907,13 +907,8 @@ impl Index for Iam {
     fn stats(&self) -> IndexStats {
         let v = self.version();
         let c = &self.counters;
-        let mut s = IndexStats {
-            kind: self.name().into(),
-            height: v.levels.len() as u64,
-            ..Default::default()
-        };
-        s.absorbs = c.absorbs.load(Ordering::Relaxed);
-        for (k, a) in [
+        let mut s = IndexStats::new(self.name(), v.levels.len() as u64, &c.absorbs);
+        s.count([
             ("memtable_flushes", &c.memtable_flushes),
             ("flushes", &c.flushes),
             ("appends", &c.appends),
@@ -925,9 +920,7 @@ impl Index for Iam {
             ("grows", &c.grows),
             ("commits", &c.commits),
             ("commit_max_micros", &c.commit_max_micros),
-        ] {
-            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
-        }
+        ]);
         let (m, k) = self.mk();
         let n = v.levels.len();
         if self.mode == Mode::Iam {

@@ -1562,13 +1562,8 @@ impl Index for NbTree {
     fn stats(&self) -> IndexStats {
         let v = self.version();
         let c = &self.counters;
-        let mut s = IndexStats {
-            kind: "nbtree".into(),
-            height: u64::from(v.height),
-            ..Default::default()
-        };
-        s.absorbs = c.absorbs.load(Ordering::Relaxed);
-        for (k, a) in [
+        let mut s = IndexStats::new("nbtree", u64::from(v.height), &c.absorbs);
+        s.count([
             ("jobs", &c.jobs),
             ("jobs_resumed", &c.jobs_resumed),
             ("job_steps", &c.job_steps),
@@ -1589,9 +1584,7 @@ impl Index for NbTree {
             ("max_work_call_pages", &c.max_call_pages),
             ("commits", &c.commits),
             ("max_commit_us", &c.max_commit_us),
-        ] {
-            s.counters.insert(k.into(), a.load(Ordering::Relaxed));
-        }
+        ]);
         s.shape.push(format!(
             "f {} sigma {} B (memtable), bloom {} bits/key{}",
             self.shape.fanout,
