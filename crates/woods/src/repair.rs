@@ -384,16 +384,7 @@ fn repair_log(fs: &dyn Fs, dir: &Path, io: &IoCounters, report: &mut RepairRepor
         fs.rename(&path, &old(d.file))?;
     } else {
         let f = fs.open(&path, OpenMode::default())?;
-        let len = f.len()?;
-        let len = usize::try_from(len).map_err(|_| {
-            Error::corruption(
-                format!("WAL file {}", path.display()),
-                None,
-                format!("length {len} too large"),
-            )
-        })?;
-        let mut bytes = vec![0u8; len];
-        f.read_exact_at(&mut bytes, 0)?;
+        let bytes = crate::storage::read_whole(&*f, &format!("WAL file {}", path.display()))?;
         let copy = fs.open(
             &old(d.file),
             OpenMode {

@@ -544,17 +544,8 @@ fn read_whole(fs: &dyn Fs, path: &Path, counters: &IoCounters) -> Result<Vec<u8>
             direct: false,
         },
     )?;
-    let len = file.len()?;
-    let len = usize::try_from(len).map_err(|_| {
-        Error::corruption(
-            path.display().to_string(),
-            None,
-            format!("length {len} too large"),
-        )
-    })?;
-    let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, 0)?;
-    counters.record_read(Purpose::Manifest, len);
+    let buf = crate::storage::read_whole(&*file, &path.display().to_string())?;
+    counters.record_read(Purpose::Manifest, buf.len());
     Ok(buf)
 }
 

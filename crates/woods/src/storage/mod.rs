@@ -44,6 +44,18 @@ pub struct OpenMode {
     pub direct: bool,
 }
 
+/// Reads the whole of `file` into memory (a log or manifest file, read once at open or repair);
+/// `what` names it in the corruption error for a length that does not fit this address space.
+pub(crate) fn read_whole(file: &dyn File, what: &str) -> Result<Vec<u8>> {
+    let len = file.len()?;
+    let len = usize::try_from(len).map_err(|_| {
+        crate::error::Error::corruption(what.to_owned(), None, format!("length {len} too large"))
+    })?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, 0)?;
+    Ok(buf)
+}
+
 /// A file system: the only way woods touches files.
 pub trait Fs: Send + Sync + 'static {
     /// Creates `dir` and its missing parents (an existing directory is no error).

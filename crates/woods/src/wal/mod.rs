@@ -610,16 +610,8 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
                 direct: false,
             },
         )?;
-        let len = file.len()?;
-        let len = usize::try_from(len).map_err(|_| {
-            Error::corruption(
-                format!("WAL file {}", path.display()),
-                None,
-                format!("length {len} too large"),
-            )
-        })?;
-        let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, 0)?;
+        let buf = crate::storage::read_whole(&*file, &format!("WAL file {}", path.display()))?;
+        let len = buf.len();
         counters.record_read(Purpose::Wal, len);
 
         let tag = buf
