@@ -100,8 +100,12 @@ pub fn cuts<'a>(entries: impl Iterator<Item = (&'a [u8], u64, u64)>, r: &RunRule
                 dir = d;
                 let a = step.unsigned_abs() as u64;
                 steps = (steps.0 + a, steps.1 + 1, a);
-            } else if near {
-                // The direction turned: a new run may begin with the previous key.
+            } else if near && steps.1 <= 1 {
+                // The direction turned after one step: the key before that step was written
+                // at another time, and a new run may begin with the previous key. (After a
+                // longer run, the previous key is the run's last, and a key written just
+                // before it ends the run below: given to the next piece, it would stretch
+                // that piece over the keys the run goes on to write in later memtables.)
                 let (pk, pu) = (*pk, *pu);
                 let run = cur.take().map(|(lo, u)| (lo, u - pu));
                 close(&mut found, run, Some(pk));
@@ -195,6 +199,24 @@ mod tests {
         e.push(("z1".into(), 34));
         e.push(("z2".into(), 900));
         assert_eq!(plan(e, &rules()), vec!["k00", "z1"]);
+    }
+
+    #[test]
+    fn a_key_written_just_before_a_runs_end_leaves_the_run_its_last_key() {
+        // k00..k29 in order, with "z1" written between k26 and k27: after the run's last key
+        // (seq 31), z1 (seq 28) steps back by 3, near enough but the other way.
+        let mut e = Vec::new();
+        let mut seq = 0;
+        for i in 0..30 {
+            seq += 1;
+            if i == 27 {
+                e.push(("z1".to_string(), seq));
+                seq += 1;
+            }
+            e.push((format!("k{i:02}"), seq));
+        }
+        e.push(("z2".into(), 900));
+        assert_eq!(plan(e, &rules()), vec!["z1"]);
     }
 
     #[test]

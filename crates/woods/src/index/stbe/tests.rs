@@ -799,11 +799,13 @@ fn mixed_loads_move_their_sequential_runs_down_by_reference() {
             .filter(|(w, _)| **w != Written::Incorporation)
             .map(|(_, (q, _))| q)
             .sum();
-        // (Not 0: a memtable too small for its run to be cut out, the last one, makes one
-        // branch over both kinds of key, and the flush carrying it compacts the sequential
-        // branches it overlaps: 0.10 with WOODS_SEED=1795808603273799647.)
+        // 0.00 over 30 seeds. (It was 0.10 to 0.20 in one seed of ten while a random key
+        // written just before a run's last one took that key into the random piece, which
+        // then overlapped every later run: WOODS_SEED=1795826292579248106; `runs.rs` now
+        // ends the run after its last key.) The bound leaves room for the last, partial
+        // memtable, whose run may be too small to be cut out.
         assert!(
-            rewritten_seq < 0.15,
+            rewritten_seq < 0.05,
             "seed {seed}, {percent}% sequential: sequential keys rewritten ({rewritten_seq:.2} \
              of the user bytes)"
         );
