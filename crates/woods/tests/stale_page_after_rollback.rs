@@ -18,63 +18,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
+use common::generations::{key, options, records, value};
 use woods::storage::{FaultFs, Fs, OpenMode};
-use woods::{Db, Error, IndexKind, Options};
+use woods::{Db, Error, IndexKind};
 
 const KEYS: u32 = 1_500;
 const GENERATIONS: u32 = 10;
 
-fn options(kind: &IndexKind, fs: &FaultFs) -> Options {
-    Options {
-        wal: false,
-        background_threads: 0,
-        fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
-        ..common::small_options(kind)
-    }
-}
-
-fn key(i: u32) -> Vec<u8> {
-    format!("key{i:05}").into_bytes()
-}
-
-fn value(generation: u32, i: u32) -> Vec<u8> {
-    let mut v = format!("gen{generation:02}-key{i:05}-").into_bytes();
-    v.resize(60 + (i % 90) as usize, b'a' + (generation % 26) as u8);
-    v
-}
-
-/// The manifest log: (start, framed length, tag) of every record after the header.
-fn records(fs: &FaultFs, log: &Path) -> Vec<(u64, u64, u8)> {
-    let f = fs.open(log, OpenMode::default()).expect("open the log");
-    let mut buf = vec![0u8; f.len().expect("len") as usize];
-    f.read_exact_at(&mut buf, 0).expect("read the log");
-    let mut out = Vec::new();
-    let mut off = 32;
-    while off + 8 < buf.len() {
-        let len = u32::from_le_bytes(buf[off + 4..off + 8].try_into().expect("4 bytes")) as usize;
-        out.push((off as u64, 8 + len as u64, buf[off + 8]));
-        off += 8 + len;
-    }
-    out
-}
-
-fn build(kind: &IndexKind) -> (FaultFs, PathBuf) {
-    let fs = FaultFs::new();
-    let dir = PathBuf::from("/db");
-    let db = Db::open(&dir, options(kind, &fs)).expect("create");
-    for g in 1..=GENERATIONS {
-        for i in 0..KEYS {
-            db.put(key(i), value(g, i)).expect("put");
-        }
-        db.flush().expect("flush");
-    }
-    // A process kill: nothing more is written (no close).
-    fs.kill_process();
-    drop(db);
-    (fs, dir)
+fn build(kind: &IndexKind) -> (FaultFs, std::path::PathBuf) {
+    common::generations::build(kind, KEYS, GENERATIONS)
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod generations;
+
 use std::sync::Arc;
 
 use woods::{
