@@ -987,6 +987,77 @@ fn merge_fold_race_test(kind: IndexKind) {
     );
 }
 
+/// Appends `key:operand;` for each operand to the base: a value that names the key every fold
+/// was given.
+struct KeyNaming;
+
+impl woods::MergeOperator for KeyNaming {
+    fn name(&self) -> &str {
+        "key-naming"
+    }
+
+    fn full_merge(&self, key: &[u8], base: Option<&[u8]>, operands: &[&[u8]]) -> Vec<u8> {
+        let mut v = base.unwrap_or_default().to_vec();
+        for o in operands {
+            v.extend_from_slice(key);
+            v.push(b':');
+            v.extend_from_slice(o);
+            v.push(b';');
+        }
+        v
+    }
+}
+
+/// Regression: `boa` stores its entries under the key's fingerprint followed by the key, and
+/// its flushes and merges folded Merge operands with that stored key, so a merge operator that
+/// reads its key (as RocksDB's API allows, and `woods stress`'s does) was given a different
+/// one. Every fold, in a flush, a compaction or a read, must be given the user key.
+fn merge_sees_the_user_key_test(kind: IndexKind) {
+    let name = kind.name();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = Options {
+        merge_operator: Some(Arc::new(KeyNaming)),
+        ..small_options(&kind)
+    };
+    let db = Db::open(dir.path(), opts.clone()).expect("open");
+    let keys: Vec<Vec<u8>> = (0..300u32)
+        .map(|i| format!("k{i:04}").into_bytes())
+        .collect();
+    let mut want: Vec<Vec<u8>> = vec![Vec::new(); keys.len()];
+    let rounds = 12 * scale();
+    for r in 0..rounds {
+        for (k, w) in keys.iter().zip(want.iter_mut()) {
+            let op = format!("r{r:03}-{}", "x".repeat(40));
+            db.merge(k, op.as_bytes()).expect("merge");
+            w.extend_from_slice(k);
+            w.push(b':');
+            w.extend_from_slice(op.as_bytes());
+            w.push(b';');
+        }
+        if r % 3 == 2 {
+            db.flush().expect("flush");
+        }
+    }
+    db.drain().expect("drain");
+    let check = |db: &Db, when: &str| {
+        for (k, w) in keys.iter().zip(&want) {
+            let got = db.get(k).expect("get").expect("merged key present");
+            assert!(
+                got == *w,
+                "{name}, {when}: {} reads as {:?}...",
+                String::from_utf8_lossy(k),
+                String::from_utf8_lossy(&got[..got.len().min(60)])
+            );
+        }
+    };
+    check(&db, "after the drain");
+    db.close().expect("close");
+    let db = Db::open(dir.path(), opts).expect("reopen");
+    check(&db, "after a reopen");
+    db.check().expect("check");
+    db.close().expect("close");
+}
+
 /// Regression: a batch below half of a large memtable but above what one WAL record carries
 /// failed in the WAL append and turned the database read-only. It is bad input: refused, and
 /// the database stays writable.
@@ -1221,6 +1292,7 @@ macro_rules! suite {
             #[test] fn bad_input() { bad_input_test(kind($k)) }
             #[test] fn space() { space_test(kind($k)) }
             #[test] fn merge_fold_race() { merge_fold_race_test(kind($k)) }
+            #[test] fn merge_sees_the_user_key() { merge_sees_the_user_key_test(kind($k)) }
             #[test] fn oversized_batch() { oversized_batch_test(kind($k)) }
             #[test] fn empty_wal_file() { empty_wal_file_test(kind($k)) }
             #[test] fn drain() { drain_test(kind($k)) }

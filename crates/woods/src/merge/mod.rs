@@ -264,6 +264,18 @@ pub fn compact_versions(
     bottom: bool,
     merge_op: Option<&Arc<dyn MergeOperator>>,
 ) -> Result<Vec<Entry>> {
+    compact_prefixed_versions(versions, snapshots, bottom, merge_op, 0)
+}
+
+/// [`compact_versions`] for entries whose stored key is `prefix` bytes of the structure's own
+/// (`boa`'s fingerprint) followed by the user key: the merge operator is given the user key.
+pub fn compact_prefixed_versions(
+    versions: &[Entry],
+    snapshots: &[u64],
+    bottom: bool,
+    merge_op: Option<&Arc<dyn MergeOperator>>,
+    prefix: usize,
+) -> Result<Vec<Entry>> {
     let stripe = |seq: u64| snapshots.partition_point(|&s| s < seq);
     let mut out: Vec<Entry> = Vec::with_capacity(2);
     let mut i = 0;
@@ -286,12 +298,12 @@ pub fn compact_versions(
             match (base_at, merge_op) {
                 (Some(b), Some(op)) => {
                     let base = (group[b].kind == Kind::Put).then(|| &group[b].value[..]);
-                    match fold(op, &group[..b], base) {
+                    match fold(op, &group[..b], base, prefix) {
                         Some(folded) => out.push(folded),
                         None => out.extend(group[..=b].iter().cloned()),
                     }
                 }
-                (None, Some(op)) if nothing_older => match fold(op, group, None) {
+                (None, Some(op)) if nothing_older => match fold(op, group, None, prefix) {
                     Some(folded) => out.push(folded),
                     None => out.extend(group.iter().cloned()),
                 },
@@ -315,11 +327,19 @@ pub fn compact_versions(
 /// [`MAX_VALUE_LEN`], which no structure stores (a run refuses it, a B-tree blob reads back as
 /// corrupt). The caller then keeps the versions as they are, each within the limit, and reads
 /// fold them ([`resolve`]): a value of any length the operator makes stays readable, and the
-/// database can always flush, compact and reopen.
-fn fold(op: &Arc<dyn MergeOperator>, operands: &[Entry], base: Option<&[u8]>) -> Option<Entry> {
+/// database can always flush, compact and reopen. The operator is given the key after its first
+/// `prefix` bytes (all of it, should a damaged key be shorter: the structure's own check
+/// reports that).
+fn fold(
+    op: &Arc<dyn MergeOperator>,
+    operands: &[Entry],
+    base: Option<&[u8]>,
+    prefix: usize,
+) -> Option<Entry> {
     let newest = operands.first()?;
     let ops: Vec<&[u8]> = operands.iter().rev().map(|v| &v.value[..]).collect();
-    let value = op.full_merge(&newest.key, base, &ops);
+    let key = newest.key.get(prefix..).unwrap_or(&newest.key);
+    let value = op.full_merge(key, base, &ops);
     if value.len() > MAX_VALUE_LEN {
         return None;
     }
@@ -338,6 +358,8 @@ pub struct Compactor<I: Iterator<Item = Result<Entry>>> {
     bottom: bool,
     merge_op: Option<Arc<dyn MergeOperator>>,
     pending: std::collections::VecDeque<Entry>,
+    /// Bytes in front of the user key in every entry's key ([`compact_prefixed_versions`]).
+    prefix: usize,
 }
 
 impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
@@ -353,7 +375,15 @@ impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
             bottom,
             merge_op,
             pending: Default::default(),
+            prefix: 0,
         }
+    }
+
+    /// For entries keyed by `prefix` bytes of the structure's own followed by the user key
+    /// (`boa`'s fingerprint): folds give the merge operator the user key.
+    pub fn with_key_prefix(mut self, prefix: usize) -> Self {
+        self.prefix = prefix;
+        self
     }
 }
 
@@ -413,8 +443,14 @@ impl<I: Iterator<Item = Result<Entry>>> Compactor<I> {
             }
         }
         Some(
-            compact_versions(&group, &self.snapshots, self.bottom, self.merge_op.as_ref())
-                .map(Kept::Many),
+            compact_prefixed_versions(
+                &group,
+                &self.snapshots,
+                self.bottom,
+                self.merge_op.as_ref(),
+                self.prefix,
+            )
+            .map(Kept::Many),
         )
     }
 }

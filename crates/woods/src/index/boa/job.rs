@@ -12,7 +12,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::filter::{FilterBuilder, Shape};
-use super::hash::{run_key, split_run_key, Fingerprint};
+use super::hash::{run_key, split_run_key, Fingerprint, PREFIX_LEN};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::index::lsm::version::Table;
@@ -179,7 +179,8 @@ impl Job {
             kind,
             target,
             inputs,
-            source: Compactor::new(source, s.snapshots.clone(), bottom, s.merge_op.clone()),
+            source: Compactor::new(source, s.snapshots.clone(), bottom, s.merge_op.clone())
+                .with_key_prefix(PREFIX_LEN),
             builder: Some(RunBuilder::new(s.store.clone(), opts)),
             filter: Some(filter),
             group: Vec::new(),
