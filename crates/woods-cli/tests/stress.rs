@@ -76,7 +76,7 @@ fn kills_and_verifications(o: &Output) -> (u64, u64) {
 #[test]
 fn stress_survives_random_kills_for_every_kind() {
     let s = seed("stress_survives_random_kills_for_every_kind");
-    for kind in ["btree", "lsm", "nbtree", "stbe", "lsa", "iam", "pbt"] {
+    for kind in ["btree", "lsm", "nbtree", "stbe", "lsa", "iam", "pbt", "boa"] {
         let o = stress(kind, 5, s, None);
         assert_eq!(
             o.status.code(),

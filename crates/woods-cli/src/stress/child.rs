@@ -99,7 +99,10 @@ fn open(a: &ChildArgs, base: &Options, background_threads: usize) -> Res<Db> {
 fn round(a: &ChildArgs, base: Options, background_threads: usize) -> Res<()> {
     let exp = Expected::open(&a.dir.join("expected"), a.keys, a.threads).map_err(Failure::Error)?;
     let db = open(a, &base, background_threads)?;
-    let (present, entries) = verify(&db, &exp)?;
+    let ordered = IndexKind::from_name(&a.index)
+        .map_err(db_err("--index"))?
+        .ordered();
+    let (present, entries) = verify(&db, &exp, ordered)?;
     say(&format!("ready {present} {entries}"))?;
 
     let stop_rx = watch_stdin();
@@ -111,6 +114,7 @@ fn round(a: &ChildArgs, base: Options, background_threads: usize) -> Res<()> {
         writes: AtomicU64::new(0),
         reads: AtomicU64::new(0),
         snapshots: AtomicU64::new(0),
+        ordered,
     };
     std::thread::scope(|s| -> Res<()> {
         let keys = a.keys;
@@ -151,7 +155,7 @@ fn round(a: &ChildArgs, base: Options, background_threads: usize) -> Res<()> {
     let Shared { db, exp, .. } = sh;
     db.close().map_err(db_err("closing the database"))?;
     let db = open(a, &base, background_threads)?;
-    let (present, entries) = verify(&db, &exp)?;
+    let (present, entries) = verify(&db, &exp, ordered)?;
     db.close().map_err(db_err("closing the database"))?;
     say(&format!("done {present} {entries}"))
 }
@@ -182,6 +186,9 @@ struct Shared {
     writes: AtomicU64,
     reads: AtomicU64,
     snapshots: AtomicU64,
+    /// Whether the kind keeps keys in order; a point-only kind (`boa`) is read key by key
+    /// where an ordered one is scanned.
+    ordered: bool,
 }
 
 impl Shared {
@@ -358,6 +365,62 @@ fn range_of(lo: u32, hi: u32) -> std::ops::Range<Vec<u8>> {
     key(lo)..key(hi)
 }
 
+/// What a read goes through: the database, or a snapshot of it.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Db(&'a Db),
+    Snap(&'a woods::Snapshot),
+}
+
+impl Source<'_> {
+    fn get(self, id: u32) -> woods::Result<Option<Vec<u8>>> {
+        match self {
+            Source::Db(db) => db.get(key(id)),
+            Source::Snap(s) => s.get(key(id)),
+        }
+    }
+
+    fn scan(self, lo: u32, hi: u32, reverse: bool) -> woods::Result<DbIter> {
+        match (self, reverse) {
+            (Source::Db(db), false) => db.range(range_of(lo, hi)),
+            (Source::Db(db), true) => db.range_rev(range_of(lo, hi)),
+            (Source::Snap(s), false) => s.range(range_of(lo, hi)),
+            (Source::Snap(s), true) => s.range_rev(range_of(lo, hi)),
+        }
+    }
+}
+
+/// Reads keys `lo..hi` through `src`: one scan (forward or reverse) where the kind is
+/// `ordered`, and where it is point-only, a get per key in the same order.
+fn read_range(
+    src: Source<'_>,
+    ordered: bool,
+    (lo, hi): (u32, u32),
+    reverse: bool,
+    what: &str,
+) -> Res<Found> {
+    if ordered {
+        let it = src
+            .scan(lo, hi, reverse)
+            .map_err(db_err(what.to_string()))?;
+        return collect(it, lo, hi, reverse, what);
+    }
+    let mut found = vec![None; (hi - lo) as usize];
+    let ids: Box<dyn Iterator<Item = u32>> = if reverse {
+        Box::new((lo..hi).rev())
+    } else {
+        Box::new(lo..hi)
+    };
+    for id in ids {
+        if let Some(v) = src.get(id).map_err(db_err(what.to_string()))? {
+            let ver =
+                model::decode(id, &v).or_else(|e| mismatch(format!("{what}: key {id}: {e}")))?;
+            found[(id - lo) as usize] = Some(ver);
+        }
+    }
+    Ok(found)
+}
+
 /// A snapshot a reader holds, with what it first read through it, to read again later.
 struct Held {
     snap: woods::Snapshot,
@@ -401,20 +464,14 @@ fn reader(sh: &Shared, mut rng: Rng) -> Res<()> {
             let c = states(lo, hi, &|id| exp.committed(id));
             if r < 85 {
                 let reverse = r >= 70;
-                let it = if reverse {
-                    sh.db.range_rev(range_of(lo, hi))
-                } else {
-                    sh.db.range(range_of(lo, hi))
-                }
-                .map_err(db_err("scan"))?;
-                let found = collect(it, lo, hi, reverse, "scan")?;
+                let found = read_range(Source::Db(&sh.db), sh.ordered, (lo, hi), reverse, "scan")?;
                 let p = states(lo, hi, &|id| exp.pending(id));
                 check_found("scan", lo, &c, &p, &found)?;
             } else {
                 let snap = sh.db.snapshot();
                 let p = states(lo, hi, &|id| exp.pending(id));
-                let it = snap.range(range_of(lo, hi)).map_err(db_err("scan"))?;
-                let found = collect(it, lo, hi, false, "snapshot scan")?;
+                let src = Source::Snap(&snap);
+                let found = read_range(src, sh.ordered, (lo, hi), false, "snapshot scan")?;
                 check_found("snapshot scan", lo, &c, &p, &found)?;
                 sh.snapshots.fetch_add(1, Ordering::Relaxed);
                 if held.len() < 4 {
@@ -431,29 +488,18 @@ fn reader(sh: &Shared, mut rng: Rng) -> Res<()> {
         }
         sh.reads.fetch_add(1, Ordering::Relaxed);
         if let Some(i) = held.iter().position(|h| h.due <= n) {
-            recheck(&held.swap_remove(i), &mut rng)?;
+            recheck(&held.swap_remove(i), sh.ordered, &mut rng)?;
         }
     }
     Ok(())
 }
 
 /// Reads a held snapshot's range again, both ways and key by key: the answers must not change.
-fn recheck(h: &Held, rng: &mut Rng) -> Res<()> {
+fn recheck(h: &Held, ordered: bool, rng: &mut Rng) -> Res<()> {
     let (lo, hi) = (h.lo, h.hi);
-    let fwd = collect(
-        h.snap.range(range_of(lo, hi)).map_err(db_err("scan"))?,
-        lo,
-        hi,
-        false,
-        "snapshot rescan",
-    )?;
-    let rev = collect(
-        h.snap.range_rev(range_of(lo, hi)).map_err(db_err("scan"))?,
-        lo,
-        hi,
-        true,
-        "snapshot reverse rescan",
-    )?;
+    let src = Source::Snap(&h.snap);
+    let fwd = read_range(src, ordered, (lo, hi), false, "snapshot rescan")?;
+    let rev = read_range(src, ordered, (lo, hi), true, "snapshot reverse rescan")?;
     for (what, again) in [("rescan", &fwd), ("reverse rescan", &rev)] {
         if let Some(i) = (0..h.found.len()).find(|&i| again[i] != h.found[i]) {
             return mismatch(format!(
@@ -488,9 +534,9 @@ fn recheck(h: &Held, rng: &mut Rng) -> Res<()> {
 
 /// Checks the whole database against the expected state after a restart, then makes the state
 /// found the expected one: every key holds its committed or its pending state; every batch in
-/// flight is there whole or not at all; a scan each way agrees with the point reads; `check` is
-/// clean. Returns the keys present and `check`'s entry count.
-fn verify(db: &Db, exp: &Expected) -> Res<(u64, u64)> {
+/// flight is there whole or not at all; a scan each way agrees with the point reads (where the
+/// kind is `ordered`); `check` is clean. Returns the keys present and `check`'s entry count.
+fn verify(db: &Db, exp: &Expected, ordered: bool) -> Res<(u64, u64)> {
     let keys = exp.keys();
     let mut state = Vec::with_capacity(keys as usize);
     let mut present = 0u64;
@@ -542,6 +588,25 @@ fn verify(db: &Db, exp: &Expected) -> Res<(u64, u64)> {
             ));
         }
     }
+    if ordered {
+        full_scans_agree(db, &state)?;
+    }
+    let entries = db.check().map_err(db_err("check"))?.index_versions;
+    for (id, &s) in state.iter().enumerate() {
+        let id = id as u32;
+        if exp.committed(id) != s || exp.pending(id) != s {
+            exp.settle(id, s).map_err(Failure::Error)?;
+        }
+    }
+    for w in 0..exp.writers() {
+        exp.set_batch(w, &[]).map_err(Failure::Error)?;
+    }
+    Ok((present, entries))
+}
+
+/// A full scan each way reads every key as the gets did (`state`).
+fn full_scans_agree(db: &Db, state: &[u32]) -> Res<()> {
+    let keys = state.len() as u32;
     let fwd = collect(
         db.iter().map_err(db_err("scan"))?,
         0,
@@ -566,17 +631,7 @@ fn verify(db: &Db, exp: &Expected) -> Res<(u64, u64)> {
             ));
         }
     }
-    let entries = db.check().map_err(db_err("check"))?.index_versions;
-    for (id, &s) in state.iter().enumerate() {
-        let id = id as u32;
-        if exp.committed(id) != s || exp.pending(id) != s {
-            exp.settle(id, s).map_err(Failure::Error)?;
-        }
-    }
-    for w in 0..exp.writers() {
-        exp.set_batch(w, &[]).map_err(Failure::Error)?;
-    }
-    Ok((present, entries))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -41,7 +41,8 @@ or its pending state, and every batch must be there whole or not at all.
 --readers threads read at the same time: point gets, and scans of up to 100 keys (forward, \
 reverse, through snapshots, and now and then the whole key space), each checked against the \
 states before and after the read; snapshots are held across later writes and read again, forward, \
-reverse and key by key, which must give the same answer.
+reverse and key by key, which must give the same answer. On a point-only kind (boa) every \
+range is read key by key with gets, and the scans below are left out.
 
 Each round first opens the database (recovering it), checks every key with a get, every batch \
 in flight, a scan each way against the gets, and Db::check, then adopts the state found as the \
@@ -68,7 +69,8 @@ a record of its batch in flight (136 bytes).";
 /// Options of `woods stress`.
 #[derive(clap::Args, Debug)]
 pub struct StressArgs {
-    /// Index kind: btree, btree-buffered[:POLICY], lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt.
+    /// Index kind: btree, btree-buffered[:POLICY], lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d,
+    /// pbt or boa (point-only: its ranges are read key by key, and it has no scans to check).
     #[arg(long, value_name = "KIND")]
     pub index: String,
     /// How long to run: seconds, or a number with ms, s, m or h.
