@@ -1,8 +1,10 @@
 //! Telling a hung round from a starved one. A round that reports no progress for `HANG` is hung
-//! only if its process also used almost no processor time in that window: on a loaded host a
-//! round that is verifying or writing at a low priority can take minutes of wall time while it
-//! works. A round that keeps using the processor without progress (a livelock) is hung after
-//! `HANG_BUSY`. What a hang reports comes from `/proc`: each thread's state and wait channel,
+//! only if its process also used almost no processor time in that window and none of its
+//! threads is waiting for a processor (state R): on a loaded host a round that is verifying or
+//! writing at a low priority can take minutes of wall time while it works, and at `nice 19`
+//! beside a dozen busy processes it may get almost no processor time at all while runnable. A
+//! round that keeps using the processor, or stays runnable, without progress (a livelock, or
+//! starvation) is hung after `HANG_BUSY`. What a hang reports comes from `/proc`: each thread's state and wait channel,
 //! which tell a deadlock (threads sleeping in `futex_wait`) from anything else. Off Linux, where
 //! there is no `/proc`, a round is hung after `HANG` without progress, as before.
 
@@ -23,6 +25,8 @@ const TICKS: u64 = 100;
 pub struct Threads {
     /// User and system time of all its threads.
     pub cpu: Duration,
+    /// Threads running or waiting for a processor (state R).
+    pub runnable: usize,
     /// One line per thread: id, name, state (R running, S sleeping, D in the disk) and wait
     /// channel.
     pub lines: Vec<String>,
@@ -32,6 +36,7 @@ pub struct Threads {
 pub fn threads(pid: u32) -> Option<Threads> {
     let dir = format!("/proc/{pid}/task");
     let mut ticks = 0u64;
+    let mut runnable = 0;
     let mut lines = Vec::new();
     for e in std::fs::read_dir(&dir).ok()? {
         let Ok(e) = e else { continue };
@@ -50,6 +55,7 @@ pub fn threads(pid: u32) -> Option<Threads> {
         let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
         let field = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
         ticks += field(11) + field(12);
+        runnable += usize::from(f.first() == Some(&"R"));
         let wchan = std::fs::read_to_string(path.join("wchan")).unwrap_or_default();
         lines.push(format!(
             "thread {} ({name}): state {}, wait channel {}, {} ms of processor time",
@@ -66,6 +72,7 @@ pub fn threads(pid: u32) -> Option<Threads> {
     lines.sort();
     Some(Threads {
         cpu: Duration::from_millis(ticks * 1000 / TICKS),
+        runnable,
         lines,
     })
 }
@@ -125,9 +132,10 @@ impl Watch {
             _ => None,
         };
         let busy = used.is_some_and(|u| u >= busy_cpu);
+        let runnable = seen.as_ref().is_some_and(|t| t.runnable > 0);
         let stalled = now.duration_since(self.progress);
-        if busy && stalled < hang_busy {
-            // Starved but working: open a new window.
+        if !hung(busy, runnable, stalled, hang_busy) {
+            // Starved but working, or waiting for a processor: open a new window.
             self.window = (now, seen.map(|t| t.cpu));
             return None;
         }
@@ -139,9 +147,30 @@ impl Watch {
     }
 }
 
+/// Whether a round without progress for a whole window is hung: it used the processor
+/// (`busy`) or has a thread waiting for one (`runnable`) only while `stalled` is under
+/// `hang_busy`; a round asleep in every thread is hung at once.
+fn hung(busy: bool, runnable: bool, stalled: Duration, hang_busy: Duration) -> bool {
+    !(busy || runnable) || stalled >= hang_busy
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_starved_round_waits_for_the_long_limit_and_a_sleeping_one_does_not() {
+        let (short, long) = (Duration::from_secs(130), Duration::from_secs(1200));
+        // Every thread asleep, no processor time: a deadlock.
+        assert!(hung(false, false, short, long));
+        // A thread runnable but given no processor time (nice 19 on a loaded host, the
+        // 2026-11-28 false hang): starved, not hung, until the long limit.
+        assert!(!hung(false, true, short, long));
+        assert!(hung(false, true, long, long));
+        // Working without progress: a livelock only after the long limit.
+        assert!(!hung(true, false, short, long));
+        assert!(hung(true, true, long + short, long));
+    }
 
     #[test]
     fn reads_this_process_threads() {
