@@ -1,7 +1,8 @@
 //! A flush or a merge, held between `work` steps so that it is done in bounded pieces.
 //!
-//! A flush sorts the frozen memtable by fingerprint (one step) and writes it as a new run of
-//! level 1; a merge reads every run of a level in one (λ−1)-way merge by fingerprint and writes
+//! A flush sorts the frozen memtable by fingerprint and writes it as a new run of level 1: the
+//! memtable's entries are keyed and sorted in chunks of [`SORT_CHUNK`], a bounded amount per
+//! step, and the sorted chunks merged as the run is written; a merge reads every run of a level in one (λ−1)-way merge by fingerprint and writes
 //! one run of the next level (spec §1.4 MERGE step 1–2). Either way versions are resolved by
 //! the substrate's [`Compactor`] (snapshots keep what they see; tombstones and what they hide
 //! are dropped only when the output becomes the oldest data in the store, spec correction 1),
@@ -16,7 +17,7 @@ use super::hash::{run_key, split_run_key, Fingerprint, PREFIX_LEN};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::index::lsm::version::Table;
-use crate::memtable::Memtable;
+use crate::memtable::{MemIter, Memtable};
 use crate::merge::{Compactor, EntryIter, MergeIter};
 use crate::options::MergeOperator;
 use crate::run::{RunBuilder, RunOptions};
@@ -24,6 +25,24 @@ use crate::storage::{PageFile, Purpose};
 
 /// Work units charged per entry on top of its key and value bytes.
 pub const ENTRY_UNITS: u64 = 16;
+
+/// Entries of a flush keyed and sorted as one chunk: a step sorts whole chunks, so this bounds
+/// the sorting one `work` call does beyond its budget (a few milliseconds).
+pub const SORT_CHUNK: usize = 4096;
+
+/// A flush's sorting charges an entry's units divided by this (hashing and sorting an entry in
+/// memory costs a fraction of encoding and writing it), on top of its units as it is written.
+const SORT_SHARE: u64 = 8;
+
+/// A flush's input being keyed by fingerprint and sorted, chunk by chunk.
+struct Sorting {
+    input: MemIter,
+    chunks: Vec<Vec<Entry>>,
+    /// What the [`Compactor`] over the merged chunks needs.
+    snapshots: Vec<u64>,
+    bottom: bool,
+    merge_op: Option<Arc<dyn MergeOperator>>,
+}
 
 /// Where a job's output goes and what it replaces.
 pub enum Kind {
@@ -55,7 +74,9 @@ pub struct Job {
     pub target: usize,
     /// The runs the output replaces (a merge's inputs).
     pub inputs: Vec<Arc<Table>>,
-    source: Compactor<EntryIter>,
+    /// The versions to write, resolved; `None` while a flush is still sorting.
+    source: Option<Compactor<EntryIter>>,
+    sorting: Option<Sorting>,
     builder: Option<RunBuilder>,
     filter: Option<FilterBuilder>,
     group: Vec<Entry>,
@@ -71,39 +92,41 @@ pub fn units(e: &Entry) -> u64 {
 }
 
 impl Job {
-    /// A flush of `mem` into level 1, whose current state is `level`: the memtable's entries,
-    /// keyed by fingerprint and sorted (a stable sort keeps a key's versions newest first).
+    /// A flush of `mem` into level 1, whose current state is `level`. Its steps first key the
+    /// memtable's entries by fingerprint and sort them, [`SORT_CHUNK`] at a time; the chunks
+    /// are then merged by key and sequence number (a key's versions straddling two chunks
+    /// come out newest first) as the run is written.
     pub fn flush(
         s: &Setup,
         mem: Arc<Memtable>,
         level: &super::version::Level,
         bottom: bool,
     ) -> Result<Job> {
-        let mut keyed: Vec<Entry> = mem
-            .entries()
-            .map(|e| {
-                let fp = Fingerprint::of(s.seed, &e.key);
-                Entry {
-                    key: Arc::from(run_key(&fp, &e.key)),
-                    ..e
-                }
-            })
-            .collect();
-        keyed.sort_by(|a, b| a.key.cmp(&b.key));
-        let total: u64 = keyed.iter().map(units).sum();
-        let entries = keyed.len() as u64;
-        let source: EntryIter = Box::new(keyed.into_iter().map(Ok));
-        Job::new(
+        let entries = mem.len() as u64;
+        // Units of every entry (key and value bytes plus ENTRY_UNITS), and their sorting share.
+        let units_all = mem.user_bytes() + ENTRY_UNITS * entries;
+        let total = units_all + units_all / SORT_SHARE;
+        let input = mem.iter(Bound::Unbounded, Bound::Unbounded, false);
+        let mut job = Job::new(
             s,
             Kind::Flush(mem),
             0,
             Vec::new(),
-            source,
+            Box::new(std::iter::empty()),
             level,
             entries,
             total,
             bottom,
-        )
+        )?;
+        job.source = None;
+        job.sorting = Some(Sorting {
+            input,
+            chunks: Vec::new(),
+            snapshots: s.snapshots.clone(),
+            bottom,
+            merge_op: s.merge_op.clone(),
+        });
+        Ok(job)
     }
 
     /// A merge of every run of `levels[level]` into a run of the next level.
@@ -179,8 +202,11 @@ impl Job {
             kind,
             target,
             inputs,
-            source: Compactor::new(source, s.snapshots.clone(), bottom, s.merge_op.clone())
-                .with_key_prefix(PREFIX_LEN),
+            source: Some(
+                Compactor::new(source, s.snapshots.clone(), bottom, s.merge_op.clone())
+                    .with_key_prefix(PREFIX_LEN),
+            ),
+            sorting: None,
             builder: Some(RunBuilder::new(s.store.clone(), opts)),
             filter: Some(filter),
             group: Vec::new(),
@@ -188,6 +214,13 @@ impl Job {
             total,
             done: 0,
         })
+    }
+
+    /// Tests: the chunks a flush has sorted so far; `None` once its input is sorted (or for a
+    /// merge).
+    #[cfg(test)]
+    pub fn sorted_chunks(&self) -> Option<usize> {
+        self.sorting.as_ref().map(|s| s.chunks.len())
     }
 
     /// What the job's writes count as.
@@ -198,11 +231,66 @@ impl Job {
         }
     }
 
-    /// Moves about `budget` units of entries to the output; `true` once the input is spent.
-    pub fn step(&mut self, budget: u64) -> Result<bool> {
+    /// Sorts whole chunks of a flush's input until `budget` units are spent (each entry
+    /// charged its units / [`SORT_SHARE`]); once the input is spent, the chunks' merge becomes
+    /// the job's source. Returns the units charged.
+    fn sort_step(&mut self, budget: u64) -> Result<u64> {
+        let Some(sorting) = self.sorting.as_mut() else {
+            return Ok(0);
+        };
         let mut did = 0u64;
         while did < budget.max(1) {
-            let Some(r) = self.source.next_group(&mut self.group) else {
+            let mut chunk = Vec::with_capacity(SORT_CHUNK);
+            for r in sorting.input.by_ref().take(SORT_CHUNK) {
+                let e = r?;
+                let fp = Fingerprint::of(self.seed, &e.key);
+                did += units(&e) / SORT_SHARE;
+                chunk.push(Entry {
+                    key: Arc::from(run_key(&fp, &e.key)),
+                    ..e
+                });
+            }
+            if chunk.is_empty() {
+                let Some(done) = self.sorting.take() else {
+                    break;
+                };
+                let chunks: Vec<EntryIter> = done
+                    .chunks
+                    .into_iter()
+                    .map(|c| Box::new(c.into_iter().map(Ok)) as EntryIter)
+                    .collect();
+                let merged: EntryIter = Box::new(MergeIter::new(chunks, false));
+                self.source = Some(
+                    Compactor::new(merged, done.snapshots, done.bottom, done.merge_op)
+                        .with_key_prefix(PREFIX_LEN),
+                );
+                break;
+            }
+            // A stable sort: a key's versions, newest first in the memtable, stay so.
+            chunk.sort_by(|a, b| a.key.cmp(&b.key));
+            sorting.chunks.push(chunk);
+        }
+        Ok(did)
+    }
+
+    /// Moves about `budget` units of entries to the output (a flush first sorts its input in
+    /// steps of the same budget); `true` once the input is spent.
+    pub fn step(&mut self, budget: u64) -> Result<bool> {
+        if self.sorting.is_some() {
+            let did = self.sort_step(budget)?;
+            self.done += did;
+            if self.sorting.is_some() || did >= budget.max(1) {
+                return Ok(false);
+            }
+        }
+        let Some(source) = self.source.as_mut() else {
+            return Err(Error::InvalidOption(
+                "boa: a job without input stepped".into(),
+            ));
+        };
+        let mut did = 0u64;
+        while did < budget.max(1) {
+            let Some(r) = source.next_group(&mut self.group) else {
                 self.done += did;
                 return Ok(true);
             };

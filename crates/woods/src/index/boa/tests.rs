@@ -432,3 +432,51 @@ fn a_damaged_filter_page_opens_without_the_filter() {
     boa.absorb(mem).unwrap();
     assert!(matches!(boa.work(1 << 20), Err(Error::Corruption { .. })));
 }
+
+/// Issue 22: a flush sorted its whole memtable by fingerprint in the `work` call that started
+/// it, however small the budget. It now keys and sorts `SORT_CHUNK` entries at a time and
+/// merges the sorted chunks as it writes: a first step of a small budget sorts one chunk and
+/// writes nothing, and a key whose versions straddle two chunks still comes out newest first.
+#[test]
+fn a_flush_sorts_its_memtable_in_bounded_steps() {
+    let fs = FaultFs::new();
+    let boa = Boa::open(fault_ctx(&fs, 64 << 20), params(4), &[], 0).unwrap();
+    let mem = Arc::new(Memtable::new(0));
+    let chunk = job::SORT_CHUNK as u64;
+    let mut seq = 0u64;
+    // "hot" sorts before every "key.." and has more versions than a chunk holds: the newest
+    // fill the first chunk, the oldest begin the second.
+    for v in 0..chunk + 100 {
+        seq += 1;
+        mem.insert(b"hot", seq, Kind::Put, format!("v{v}").as_bytes());
+    }
+    let newest = format!("v{}", chunk + 99).into_bytes();
+    let keys = 4 * chunk as u32;
+    for i in 0..keys {
+        seq += 1;
+        mem.insert(&key(i), seq, Kind::Put, &key(i));
+    }
+    boa.absorb(mem).unwrap();
+    assert!(boa.work(1).unwrap() > 0);
+    {
+        let g = boa.job.lock();
+        let job = g.as_ref().expect("the flush in progress");
+        assert_eq!(
+            job.sorted_chunks(),
+            Some(1),
+            "one chunk sorted by a step of 1 unit"
+        );
+    }
+    assert!(boa.debt() > 0);
+    let mut steps = 1;
+    while boa.debt() > 0 {
+        assert!(boa.work(1 << 10).unwrap() > 0);
+        steps += 1;
+    }
+    assert!(steps > 5, "{steps} steps");
+    assert_eq!(get(&boa, b"hot", seq), Some(newest));
+    for i in (0..keys).step_by(97) {
+        assert_eq!(get(&boa, &key(i), seq), Some(key(i)));
+    }
+    boa.check().unwrap();
+}
