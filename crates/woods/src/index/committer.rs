@@ -21,6 +21,8 @@ use crate::storage::PageFile;
 pub trait Durable: Send + Sync + 'static {
     /// Commits the published version if it is not the committed one; returns whether it did.
     fn commit(&self) -> Result<bool>;
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool;
     /// Runs after every commit attempt, successful or not.
     fn after_commit(&self) {}
     /// The committer of this index.
@@ -45,6 +47,21 @@ impl<D: Durable> WithCommitter<D> {
             index,
             thread: Some(thread),
         })
+    }
+
+    /// [`crate::index::Index::wait_durable`]: asks for a commit when the published version is
+    /// not the committed one, and waits, at most `limit`, while one is requested or under way;
+    /// returns whether there was one to wait for.
+    pub fn wait_durable(&self, limit: Duration) -> Result<bool> {
+        let c = self.index.committer();
+        if self.index.dirty() {
+            c.request();
+        } else if !c.busy() {
+            c.error()?;
+            return Ok(false);
+        }
+        c.wait_for(limit)?;
+        Ok(true)
     }
 
     /// Stops the thread (after the commit under way): nothing more becomes durable.

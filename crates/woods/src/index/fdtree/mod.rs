@@ -394,12 +394,6 @@ impl Tree {
         Ok(true)
     }
 
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool {
-        let published = self.version();
-        !Arc::ptr_eq(&published, &self.committed.lock().version)
-    }
-
     /// Appends the versions of `key` visible at `seq` found in level `i` of `v`, reading the
     /// page `pid` (one page; the run's index when the key continues from the page before);
     /// returns the page to read in the next level and whether the search is over.
@@ -487,6 +481,12 @@ impl Iterator for Pinned {
 }
 
 impl Durable for Tree {
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version();
+        !Arc::ptr_eq(&published, &self.committed.lock().version)
+    }
+
     fn commit(&self) -> Result<bool> {
         self.commit_published()
     }
@@ -501,6 +501,10 @@ impl Durable for Tree {
 }
 
 impl Index for FdTree {
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
+    }
+
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         if mem.is_empty() {

@@ -696,12 +696,6 @@ impl IamTree {
         Ok(true)
     }
 
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool {
-        let published = self.version();
-        !Arc::ptr_eq(&published, &self.committed.lock())
-    }
-
     /// Verifies one node: its sequences' runs, ranges and per-key order (newest sequence
     /// first, invariant 6), its region cursors and its sequence bound (correction 8).
     fn check_node(&self, d: usize, n: &Node) -> Result<u64> {
@@ -784,6 +778,12 @@ fn gather(v: &Version) -> Named {
 }
 
 impl Durable for IamTree {
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version();
+        !Arc::ptr_eq(&published, &self.committed.lock())
+    }
+
     fn commit(&self) -> Result<bool> {
         self.commit_published()
     }
@@ -798,6 +798,10 @@ impl Durable for IamTree {
 }
 
 impl Index for Iam {
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
+    }
+
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         if mem.is_empty() {

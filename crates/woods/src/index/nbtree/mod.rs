@@ -1416,12 +1416,6 @@ impl Tree {
         Ok(true)
     }
 
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool {
-        let published = self.version().gen;
-        published != self.committed.lock().version.gen
-    }
-
     fn note_call(&self, units: u64, pages: u64) {
         let c = &self.counters;
         c.work_calls.fetch_add(1, Ordering::Relaxed);
@@ -1449,6 +1443,12 @@ fn extents_of(root: &SNode) -> std::collections::HashSet<Extent> {
 }
 
 impl Durable for Tree {
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version().gen;
+        published != self.committed.lock().version.gen
+    }
+
     fn commit(&self) -> Result<bool> {
         self.commit_published()
     }
@@ -1463,6 +1463,10 @@ impl Durable for Tree {
 }
 
 impl Index for NbTree {
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
+    }
+
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         if mem.is_empty() {

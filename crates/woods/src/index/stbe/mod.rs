@@ -1182,13 +1182,6 @@ impl Shared {
         self.committer.error()
     }
 
-    /// Whether the published version is not the committed one. (Never holds the version lock
-    /// while waiting for the commit lock: `commit` takes them the other way round.)
-    fn dirty(&self) -> bool {
-        let published = self.current.read().gen;
-        published != self.committed.lock().gen
-    }
-
     /// Units of compaction that may be pending before writers are asked to help.
     fn allowance(&self) -> u64 {
         self.limits.node_units
@@ -1196,6 +1189,13 @@ impl Shared {
 }
 
 impl Durable for Shared {
+    /// Whether the published version is not the committed one. (Never holds the version lock
+    /// while waiting for the commit lock: `commit` takes them the other way round.)
+    fn dirty(&self) -> bool {
+        let published = self.current.read().gen;
+        published != self.committed.lock().gen
+    }
+
     fn commit(&self) -> Result<bool> {
         self.commit_published()
     }
@@ -1219,6 +1219,10 @@ impl Durable for Shared {
 }
 
 impl Index for Stbe {
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
+    }
+
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         if mem.is_empty() {
