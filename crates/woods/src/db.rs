@@ -330,6 +330,10 @@ impl BackgroundGate {
 /// one before it commits, so that a commit as long as a memtable's filling stalls nobody.
 pub const MAX_PENDING_MEMTABLES: usize = 2;
 
+/// The longest a writer at [`MAX_PENDING_MEMTABLES`] waits for a commit before it looks again
+/// (a commit that ends sooner ends the wait).
+const COMMIT_WAIT: Duration = Duration::from_millis(10);
+
 /// The longest a writer behind the pacing schedule waits for background work per write.
 const PACE_WAIT: Duration = Duration::from_millis(1);
 
@@ -1523,11 +1527,19 @@ impl Inner {
     /// stall, as every wait here is). Returns the units of work done here.
     /// `u64::MAX`: swap whatever the active memtable holds (a flush: no writer waits, so no
     /// stall is recorded).
+    ///
+    /// The swap also waits while [`MAX_PENDING_MEMTABLES`] frozen memtables are pending (their
+    /// work done, their commit not yet: a committer thread's kind with a slow disk), for the
+    /// index's commit ([`Index::wait_durable`]). A kind that holds pending memtables with
+    /// neither debt nor a commit to wait for breaks the contract ([`Index::held_seq`]); the
+    /// swap then goes ahead past the cap rather than wait for nothing.
     fn make_room(&self, needed: u64) -> Result<u64> {
         let t = Instant::now();
         let mut waited = false;
         let mut done = 0u64;
         let writing = needed != u64::MAX;
+        // The last wait for a commit found none to wait for.
+        let mut idle = false;
         loop {
             let mut w = self.writer.lock();
             self.check_failed()?;
@@ -1539,16 +1551,28 @@ impl Inner {
                 }
                 return Ok(done);
             }
-            if self.index.debt() == 0 {
-                self.rotate_memtable(&mut w)?;
-                drop(w);
-                if waited {
-                    self.record_stall(t);
+            let debt = self.index.debt();
+            if debt == 0 {
+                self.release_memtables();
+                if idle || self.pending(&self.mems.read()) < MAX_PENDING_MEMTABLES {
+                    self.rotate_memtable(&mut w)?;
+                    drop(w);
+                    if waited {
+                        self.record_stall(t);
+                    }
+                    return Ok(done);
                 }
-                return Ok(done);
             }
             drop(w);
             waited = writing;
+            if debt == 0 {
+                idle = !self.note(self.index.wait_durable(COMMIT_WAIT))?;
+                if self.opts.background_threads == 0 {
+                    self.reap()?;
+                }
+                continue;
+            }
+            idle = false;
             let step = self.step_bytes();
             let r = if writing {
                 self.writer_work(step)
