@@ -53,7 +53,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::job::{capacity, Job, Sizing, STEP_KINDS};
 use self::version::{decode_meta, encode_meta, open_levels, Level, Version};
-use super::committer::{Committer, Durable, WithCommitter};
+use super::committer::{extent_difference, Commits, Committer, DataSync, Durable, WithCommitter};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -368,29 +368,25 @@ impl Tree {
             return Ok(false);
         }
         let now = extents_of(&v.levels);
-        let added: Vec<Extent> = now.difference(&c.extents).copied().collect();
-        let freed: Vec<Extent> = c.extents.difference(&now).copied().collect();
-        if !added.is_empty() {
-            self.ctx.store.sync()?;
-        }
-        // A failed commit may still have reached the manifest: the committed version stays, so
-        // its runs stay allocated, and the Db turns read-only (the committer keeps the error).
-        self.ctx.manifest.commit(Commit {
+        let (added, freed) = extent_difference(&c.extents, &now);
+        let commits = Commits {
+            store: &self.ctx.store,
+            manifest: &self.ctx.manifest,
+            durable: &self.durable,
+            count: &self.counters.commits,
+            max_micros: &self.counters.commit_max_micros,
+        };
+        let commit = Commit {
             index_meta: encode_meta(self.k, self.l0, &v.levels),
             durable_seq: v.seq,
             added,
             freed,
-        })?;
-        self.durable.store(v.seq, Ordering::Release);
+        };
+        commits.commit(commit, DataSync::WhenAdded, t)?;
         *c = Committed {
             version: v,
             extents: now,
         };
-        let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .commit_max_micros
-            .fetch_max(us, Ordering::Relaxed);
         Ok(true)
     }
 
