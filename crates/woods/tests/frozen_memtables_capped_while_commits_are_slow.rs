@@ -2,7 +2,7 @@
 //! (`woods::db::MAX_PENDING_MEMTABLES`), however slowly the disk syncs: a writer that finds the
 //! cap reached waits for the commit (or does the index's work) before it rotates. Checked for
 //! every kind that commits through a committer thread (`nbtree`, `stbe`, `lsa`, `iam`,
-//! `fdtree`, `fdtree-d`) and for `pbt`, which holds memtables in its own buffer until a
+//! `fdtree`, `fdtree-d`, `boa`) and for `pbt`, which holds memtables in its own buffer until a
 //! partition's eviction while its debt is 0: with no background thread, with one held at its
 //! gate throughout (`Options::background_gate`), and with two running, the test finishes (no
 //! deadlock) and every write reads back.
@@ -242,4 +242,9 @@ fn fdtree_d_frozen_memtables_capped() {
 #[test]
 fn pbt_frozen_memtables_capped() {
     check("pbt");
+}
+
+#[test]
+fn boa_frozen_memtables_capped() {
+    check("boa");
 }

@@ -232,7 +232,7 @@ pub trait Index: Send + Sync {
     }
     /// Waits, at most `limit`, until the work the kind has published is durable: a commit that
     /// is requested or under way, or one the published version still needs (kinds whose
-    /// committer thread commits: `nbtree`, `stbe`, `lsa`, `iam`, `fdtree`). Returns whether
+    /// committer thread commits: `nbtree`, `stbe`, `lsa`, `iam`, `fdtree`, `boa`). Returns whether
     /// there was one (false: waiting makes nothing more durable). The Db waits here when its
     /// frozen memtables reach their cap while the index has no debt. The default has none.
     fn wait_durable(&self, _limit: Duration) -> Result<bool> {
