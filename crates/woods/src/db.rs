@@ -1502,9 +1502,10 @@ impl Inner {
     }
 
     /// Index work in a writer's path (pacing, a rotation, a stall). No index kind's `work`
-    /// syncs (each commits in a committer thread of its own) but `btree`, `pbt` and `lsm`; what is left is the removal of the log files the index now holds durably and the
-    /// directory sync after it, which a writer leaves to the background threads when there are
-    /// any: it only drops those memtables. So while background threads exist, no writer's put
+    /// syncs (each commits in a committer thread of its own) but `btree`, `pbt` and `lsm`; what
+    /// is left is the removal of the log files the index now holds durably and the directory
+    /// sync after it, which a writer leaves to the background threads when there are any: it
+    /// only drops those memtables. So while background threads exist, no writer's put
     /// pays an fsync for the index's work on those kinds.
     fn writer_work(&self, budget: u64) -> Result<u64> {
         if self.opts.background_threads == 0 {
