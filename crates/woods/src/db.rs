@@ -55,6 +55,10 @@ struct Counters {
     write_work_max: AtomicU64,
     /// The largest debt a pacing schedule started from.
     schedule_debt_max: AtomicU64,
+    /// The most memtables in memory at once, and the most of them pending
+    /// ([`MAX_PENDING_MEMTABLES`]).
+    memtables_max: AtomicU64,
+    pending_memtables_max: AtomicU64,
 }
 
 /// What [`Db::stats`] reports: counters and the database's shape at one moment.
@@ -106,6 +110,13 @@ pub struct Stats {
     pub memtables: usize,
     /// Bytes those memtables hold (key + value + 64 bytes per entry).
     pub memtable_bytes: u64,
+    /// The most memtables in memory at once since open, the active one included (sampled at
+    /// each rotation, where their number grows).
+    pub memtables_max: usize,
+    /// The most frozen memtables pending at once since open: waiting for the index's work or
+    /// its commit, not held by the index in its own memory (`Index::held_seq`). At most
+    /// [`MAX_PENDING_MEMTABLES`]: docs/engine.md, *Memory*.
+    pub pending_memtables_max: usize,
     /// The sequence number of the newest write readers see (sequence numbers persist: this
     /// does not restart on open).
     pub last_seq: u64,
@@ -310,6 +321,18 @@ impl BackgroundGate {
         self.cv.notify_all();
     }
 }
+
+/// The most frozen memtables that wait at once for the index's work or its commit (those an
+/// index holds in its own memory by design, `Index::held_seq`, not counted): a writer that finds
+/// this many waits for the commit, or does the work, before it rotates the active memtable.
+/// Memory is then at most `memtable_bytes × (MAX_PENDING_MEMTABLES + 1)` in memtables, plus what
+/// the kind holds (docs/engine.md, *Memory*). Two: one the index works on or commits while the
+/// one before it commits, so that a commit as long as a memtable's filling stalls nobody.
+pub const MAX_PENDING_MEMTABLES: usize = 2;
+
+/// The longest a writer at [`MAX_PENDING_MEMTABLES`] waits for a commit before it looks again
+/// (a commit that ends sooner ends the wait).
+const COMMIT_WAIT: Duration = Duration::from_millis(10);
 
 /// The longest a writer behind the pacing schedule waits for background work per write.
 const PACE_WAIT: Duration = Duration::from_millis(1);
@@ -1479,10 +1502,10 @@ impl Inner {
     }
 
     /// Index work in a writer's path (pacing, a rotation, a stall). No index kind's `work`
-    /// syncs (each commits in a committer thread of its own) but `btree`, `pbt`, `boa` and
-    /// `lsm`; what is left is the removal of the log files the index now holds durably and the
-    /// directory sync after it, which a writer leaves to the background threads when there are
-    /// any: it only drops those memtables. So while background threads exist, no writer's put
+    /// syncs (each commits in a committer thread of its own) but `btree`, `pbt` and `lsm`; what
+    /// is left is the removal of the log files the index now holds durably and the directory
+    /// sync after it, which a writer leaves to the background threads when there are any: it
+    /// only drops those memtables. So while background threads exist, no writer's put
     /// pays an fsync for the index's work on those kinds.
     fn writer_work(&self, budget: u64) -> Result<u64> {
         if self.opts.background_threads == 0 {
@@ -1504,11 +1527,19 @@ impl Inner {
     /// stall, as every wait here is). Returns the units of work done here.
     /// `u64::MAX`: swap whatever the active memtable holds (a flush: no writer waits, so no
     /// stall is recorded).
+    ///
+    /// The swap also waits while [`MAX_PENDING_MEMTABLES`] frozen memtables are pending (their
+    /// work done, their commit not yet: a committer thread's kind with a slow disk), for the
+    /// index's commit ([`Index::wait_durable`]). A kind that holds pending memtables with
+    /// neither debt nor a commit to wait for breaks the contract ([`Index::held_seq`]); the
+    /// swap then goes ahead past the cap rather than wait for nothing.
     fn make_room(&self, needed: u64) -> Result<u64> {
         let t = Instant::now();
         let mut waited = false;
         let mut done = 0u64;
         let writing = needed != u64::MAX;
+        // The last wait for a commit found none to wait for.
+        let mut idle = false;
         loop {
             let mut w = self.writer.lock();
             self.check_failed()?;
@@ -1520,16 +1551,28 @@ impl Inner {
                 }
                 return Ok(done);
             }
-            if self.index.debt() == 0 {
-                self.rotate_memtable(&mut w)?;
-                drop(w);
-                if waited {
-                    self.record_stall(t);
+            let debt = self.index.debt();
+            if debt == 0 {
+                self.release_memtables();
+                if idle || self.pending(&self.mems.read()) < MAX_PENDING_MEMTABLES {
+                    self.rotate_memtable(&mut w)?;
+                    drop(w);
+                    if waited {
+                        self.record_stall(t);
+                    }
+                    return Ok(done);
                 }
-                return Ok(done);
             }
             drop(w);
             waited = writing;
+            if debt == 0 {
+                idle = !self.note(self.index.wait_durable(COMMIT_WAIT))?;
+                if self.opts.background_threads == 0 {
+                    self.reap()?;
+                }
+                continue;
+            }
+            idle = false;
             let step = self.step_bytes();
             let r = if writing {
                 self.writer_work(step)
@@ -1560,6 +1603,11 @@ impl Inner {
             }));
             let old = std::mem::replace(&mut m.active, new);
             m.frozen.push(old.clone());
+            let c = &self.counters;
+            c.memtables_max
+                .fetch_max(1 + m.frozen.len() as u64, Ordering::Relaxed);
+            c.pending_memtables_max
+                .fetch_max(self.pending(&m) as u64, Ordering::Relaxed);
             old
         };
         self.counters
@@ -1571,6 +1619,13 @@ impl Inner {
         self.start_schedule(self.index.debt(), self.opts.memtable_bytes);
         self.work_cv.notify_all();
         Ok(())
+    }
+
+    /// The frozen memtables of `m` the cap counts: those the index does not hold in its own
+    /// memory by design ([`Index::held_seq`]).
+    fn pending(&self, m: &MemState) -> usize {
+        let held = self.index.held_seq();
+        m.frozen.iter().filter(|f| f.max_seq() > held).count()
     }
 
     /// Drops frozen memtables the index holds durably, and their log files.
@@ -1772,6 +1827,8 @@ impl Inner {
             memtable_switches: c.memtable_switches.load(Ordering::Relaxed),
             memtables: 1 + m.frozen.len(),
             memtable_bytes: m.active.bytes() + m.frozen.iter().map(|f| f.bytes()).sum::<u64>(),
+            memtables_max: c.memtables_max.load(Ordering::Relaxed) as usize,
+            pending_memtables_max: c.pending_memtables_max.load(Ordering::Relaxed) as usize,
             last_seq: self.visible.load(Ordering::Acquire),
             durable_seq: self.index.durable_seq(),
             file_bytes: self.store.file_len().unwrap_or(0),

@@ -1,7 +1,7 @@
 //! While background threads exist, no write pays an fsync for the index's work: no put syncs
 //! the data file or the manifest, and none removes a log file (whose directory sync follows),
 //! for every kind the Db paces whose work commits through a committer thread (`nbtree`, `stbe`,
-//! `lsa`, `iam`, `fdtree-d`), with the background thread held at its gate throughout
+//! `lsa`, `iam`, `fdtree-d`, `boa`), with the background thread held at its gate throughout
 //! (`Options::background_gate`: no sleep), so that the writers do every step of the index's
 //! work themselves.
 //!
@@ -12,7 +12,9 @@
 //! step so), and a writer's step reaped the log files the index had made durable, removing them
 //! and syncing the directory. Now `fdtree` and `iam`/`lsa` publish a finished step and a
 //! committer thread of their own makes it durable, as `nbtree` and `stbe` did already, and a
-//! writer leaves the log files' removal to the background threads.
+//! writer leaves the log files' removal to the background threads. `boa` committed inside the
+//! `work` that finished a flush or a merge (72 index syncs in the writer's puts here) until it
+//! got a committer too.
 //!
 //! The syncs are counted by a file system that wraps the real one and counts, per thread, the
 //! syncs of files other than log files and every removal. (A log file's own syncs are the
@@ -214,4 +216,9 @@ fn nbtree_writer_never_syncs_while_threads_exist() {
 #[test]
 fn stbe_writer_never_syncs_while_threads_exist() {
     check(kind("stbe"));
+}
+
+#[test]
+fn boa_writer_never_syncs_while_threads_exist() {
+    check(kind("boa"));
 }

@@ -8,6 +8,8 @@
 //! version, which keeps that extent allocated (DESIGN.md's reuse rule). A failed commit is
 //! kept: every later [`Committer::error`] returns it, so the Db turns read-only.
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,12 +17,73 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
-use crate::storage::PageFile;
+use crate::manifest::{Commit, Manifest};
+use crate::storage::{Extent, PageFile};
+
+/// Whether a commit syncs the data file before the manifest names what it reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataSync {
+    /// Always: a new version may have written into extents the last commit named already
+    /// (`lsa`/`iam` append into a node's region; `stbe` syncs every commit).
+    Always,
+    /// Only when the commit adds extents: the kind writes new data into new extents only.
+    WhenAdded,
+}
+
+/// Where a committer kind's commit goes and what it counts: every kind's `commit` ends the same
+/// way ([`Commits::commit`]).
+pub struct Commits<'a> {
+    /// The data file, synced before the manifest names what the commit reaches.
+    pub store: &'a PageFile,
+    /// The manifest the commit goes to.
+    pub manifest: &'a Manifest,
+    /// The index's durable sequence number, raised once the commit is durable.
+    pub durable: &'a AtomicU64,
+    /// Commits made.
+    pub count: &'a AtomicU64,
+    /// The longest commit in microseconds (from its `started`).
+    pub max_micros: &'a AtomicU64,
+}
+
+impl Commits<'_> {
+    /// Syncs the data file (as `sync` says), commits `commit` to the manifest, then marks its
+    /// `durable_seq` durable and counts the commit, timed from `started`.
+    ///
+    /// A failed commit may still have reached the manifest (a write that went through, then a
+    /// failed sync): the caller keeps its committed version, so what that names stays
+    /// allocated, and the Db turns read-only (the committer keeps the error); a reopen rebuilds
+    /// the allocator from what the manifest holds.
+    pub fn commit(&self, commit: Commit, sync: DataSync, started: Instant) -> Result<()> {
+        if sync == DataSync::Always || !commit.added.is_empty() {
+            self.store.sync()?;
+        }
+        let seq = commit.durable_seq;
+        self.manifest.commit(commit)?;
+        self.durable.store(seq, Ordering::Release);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let us = started.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.max_micros.fetch_max(us, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The extents `now` names that `before` did not (added), and the other way round (freed).
+pub fn extent_difference(
+    before: &HashSet<Extent>,
+    now: &HashSet<Extent>,
+) -> (Vec<Extent>, Vec<Extent>) {
+    (
+        now.difference(before).copied().collect(),
+        before.difference(now).copied().collect(),
+    )
+}
 
 /// What a committer thread commits.
 pub trait Durable: Send + Sync + 'static {
     /// Commits the published version if it is not the committed one; returns whether it did.
     fn commit(&self) -> Result<bool>;
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool;
     /// Runs after every commit attempt, successful or not.
     fn after_commit(&self) {}
     /// The committer of this index.
@@ -45,6 +108,21 @@ impl<D: Durable> WithCommitter<D> {
             index,
             thread: Some(thread),
         })
+    }
+
+    /// [`crate::index::Index::wait_durable`]: asks for a commit when the published version is
+    /// not the committed one, and waits, at most `limit`, while one is requested or under way;
+    /// returns whether there was one to wait for.
+    pub fn wait_durable(&self, limit: Duration) -> Result<bool> {
+        let c = self.index.committer();
+        if self.index.dirty() {
+            c.request();
+        } else if !c.busy() {
+            c.error()?;
+            return Ok(false);
+        }
+        c.wait_for(limit)?;
+        Ok(true)
     }
 
     /// Stops the thread (after the commit under way): nothing more becomes durable.

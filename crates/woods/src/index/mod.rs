@@ -28,6 +28,7 @@ use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -219,6 +220,24 @@ pub trait Index: Send + Sync {
     /// The Db wants everything absorbed so far durable (a flush or close): a kind that keeps
     /// absorbed data in memory past `absorb` (`pbt`'s ACTIVE partition) makes it debt now.
     fn request_flush(&self) {}
+    /// The newest sequence number of the absorbed memtables the kind holds in its own memory by
+    /// design, with neither debt nor a commit pending for them (0, the default: none). `pbt`
+    /// holds the memtables absorbed into its ACTIVE and CLOSING partitions until their eviction,
+    /// and its PBT-Buffer bounds them. The Db keeps every frozen memtable until the index holds
+    /// it durably, but counts only those above this against its cap
+    /// ([`crate::db::MAX_PENDING_MEMTABLES`]): a cap on the others would wait for an eviction
+    /// that only more memtables bring.
+    fn held_seq(&self) -> u64 {
+        0
+    }
+    /// Waits, at most `limit`, until the work the kind has published is durable: a commit that
+    /// is requested or under way, or one the published version still needs (kinds whose
+    /// committer thread commits: `nbtree`, `stbe`, `lsa`, `iam`, `fdtree`, `boa`). Returns whether
+    /// there was one (false: waiting makes nothing more durable). The Db waits here when its
+    /// frozen memtables reach their cap while the index has no debt. The default has none.
+    fn wait_durable(&self, _limit: Duration) -> Result<bool> {
+        Ok(false)
+    }
     /// Shape and counters, for [`crate::Db::stats`].
     fn stats(&self) -> IndexStats;
     /// Verifies every page checksum and structural invariant; returns the number of entries.

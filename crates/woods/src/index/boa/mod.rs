@@ -42,6 +42,7 @@ use self::hash::{run_key, split_run_key, Fingerprint};
 use self::job::{Job, Setup};
 use self::policy::{choose, full_chain, Choice};
 use self::version::{encode_meta, Level, MetaState, Version};
+use super::committer::{extent_difference, Commits, Committer, DataSync, Durable, WithCommitter};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -51,7 +52,7 @@ use crate::memtable::Memtable;
 use crate::merge::EntryIter;
 use crate::options::BoaParams;
 use crate::run::Run;
-use crate::storage::{Extent, Purpose, PAGE_SIZE};
+use crate::storage::{Extent, PageFile, Purpose, PAGE_SIZE};
 
 #[derive(Default)]
 struct Counters {
@@ -65,10 +66,12 @@ struct Counters {
     probes: AtomicU64,
     empty_probes: AtomicU64,
     prefix_matches: AtomicU64,
+    commits: AtomicU64,
+    commit_max_micros: AtomicU64,
 }
 
-/// The BOA index.
-pub struct Boa {
+/// The BOA's state, shared with the thread that commits it.
+pub struct Tree {
     ctx: IndexContext,
     params: BoaParams,
     current: RwLock<Arc<Version>>,
@@ -82,10 +85,38 @@ pub struct Boa {
     /// The fingerprint seed (`meta.seed`, which never changes after open): read by every
     /// lookup without the lock.
     seed: u64,
+    /// What the last durable commit covers.
     durable: AtomicU64,
+    /// The last committed version and the extents it names: its runs stay allocated until a
+    /// newer commit is durable.
+    committed: Mutex<Committed>,
+    /// Filter extents replaced in memory, released once a durable commit no longer names them
+    /// (filters are read only at open, so no reader holds them).
+    retired_filters: Mutex<Vec<Extent>>,
+    committer: Committer,
     /// Filter bytes charged to the cache.
     reserved: AtomicU64,
     counters: Counters,
+}
+
+struct Committed {
+    version: Arc<Version>,
+    extents: HashSet<Extent>,
+}
+
+/// The BOA index: [`Tree`] and the thread that makes its versions durable.
+pub type Boa = WithCommitter<Tree>;
+
+/// Every extent a version names: its runs' and its filters'.
+fn extents_of(v: &Version) -> HashSet<Extent> {
+    let mut out = HashSet::new();
+    for l in &v.levels {
+        for t in &l.runs {
+            out.extend(t.meta().extents.iter().copied());
+        }
+        out.extend(l.filter_at.map(|(e, _)| e));
+    }
+    out
 }
 
 /// A seed for a new database's fingerprints: the clock and the process, mixed.
@@ -105,7 +136,7 @@ impl Boa {
         durable_seq: u64,
     ) -> Result<Boa> {
         let max_runs = params.lambda as usize - 1;
-        let (state, version) = if meta.is_empty() {
+        let (state, mut version) = if meta.is_empty() {
             (
                 MetaState {
                     seed: new_seed(),
@@ -116,7 +147,8 @@ impl Boa {
         } else {
             version::decode_meta(&ctx.store, meta, max_runs)?
         };
-        let boa = Boa {
+        version.seq = durable_seq;
+        let tree = Tree {
             seed: state.seed,
             ctx,
             params,
@@ -126,13 +158,26 @@ impl Boa {
             progress: AtomicU64::new(0),
             meta: Mutex::new(state),
             durable: AtomicU64::new(durable_seq),
+            committed: Mutex::new(Committed {
+                version: Arc::new(Version::default()),
+                extents: HashSet::new(),
+            }),
+            retired_filters: Mutex::new(Vec::new()),
+            committer: Committer::default(),
             reserved: AtomicU64::new(0),
             counters: Counters::default(),
         };
-        boa.publish(version);
-        Ok(boa)
+        tree.publish(version);
+        let v = tree.version();
+        *tree.committed.lock() = Committed {
+            extents: extents_of(&v),
+            version: v,
+        };
+        WithCommitter::start("boa-commit", tree)
     }
+}
 
+impl Tree {
     fn version(&self) -> Arc<Version> {
         self.current.read().clone()
     }
@@ -233,17 +278,12 @@ impl Boa {
         let v = self.version();
         let mut levels = v.levels.clone();
         let mut freed_filters: Vec<Extent> = Vec::new();
-        let mut freed: Vec<Extent> = Vec::new();
         if let job::Kind::Merge { level } = job.kind {
             if let Some(l) = levels.get_mut(level) {
                 freed_filters.extend(l.filter_at.map(|(e, _)| e));
                 *l = Level::default();
             }
-            for t in &job.inputs {
-                freed.extend_from_slice(&t.meta().extents);
-            }
         }
-        let mut added: Vec<Extent> = Vec::new();
         if let (Some(t), Some(f), Some(at)) = (&table, filter, filter_at) {
             while levels.len() <= job.target {
                 levels.push(Level::default());
@@ -253,39 +293,22 @@ impl Boa {
             l.runs.push(t.clone());
             l.filter = Some(f);
             l.filter_at = Some(at);
-            added.extend_from_slice(&t.meta().extents);
-            added.push(at.0);
         }
         while levels.last().is_some_and(|l| l.runs.is_empty()) {
             levels.pop();
         }
-        freed.extend_from_slice(&freed_filters);
-        let next = Version { levels };
-        let durable_seq = match &job.kind {
+        let seq = match &job.kind {
             job::Kind::Flush(m) => m.max_seq(),
-            job::Kind::Merge { .. } => self.durable.load(Ordering::Acquire),
+            job::Kind::Merge { .. } => v.seq,
         };
-        let meta = *self.meta.lock();
-        let r = store.sync().and_then(|()| {
-            self.ctx.manifest.commit(Commit {
-                index_meta: encode_meta(&next, &meta),
-                durable_seq,
-                added,
-                freed,
-            })
-        });
-        // On failure the commit may have reached the disk all the same: the new pages are kept
-        // (the database is read-only from here; a reopen recovers whichever state won).
-        r?;
-        self.publish(next);
+        // Published at once; the committer makes it durable. The inputs' extents go back when
+        // the last version holding them drops (the committed one among them), the replaced
+        // filters' once a durable commit no longer names them.
+        self.publish(Version { levels, seq });
         for t in &job.inputs {
             t.mark_obsolete();
         }
-        // Filters are read only at open: their old pages go back at once.
-        for e in freed_filters {
-            store.alloc().release(e);
-        }
-        self.durable.store(durable_seq, Ordering::Release);
+        self.retired_filters.lock().extend(freed_filters);
         let bytes = table.as_ref().map_or(0, |t| t.bytes);
         let c = &self.counters;
         c.filter_bytes_written
@@ -304,6 +327,7 @@ impl Boa {
                 c.bytes_merged.fetch_add(bytes, Ordering::Relaxed);
             }
         }
+        self.committer.request();
         Ok(())
     }
 
@@ -451,7 +475,76 @@ impl Boa {
     }
 }
 
-impl Drop for Boa {
+impl Tree {
+    /// Commits the published version if it is not the committed one (the committer thread):
+    /// syncs the data file when the version names new extents, then one manifest commit listing
+    /// the extents of runs and filters it names that the last commit did not (added) and the
+    /// other way round (freed); then releases the replaced filters no durable commit names.
+    /// Returns whether it committed.
+    fn commit_published(&self) -> Result<bool> {
+        let mut c = self.committed.lock();
+        let t = std::time::Instant::now();
+        let v = self.version();
+        if Arc::ptr_eq(&v, &c.version) {
+            return Ok(false);
+        }
+        let now = extents_of(&v);
+        let (added, freed) = extent_difference(&c.extents, &now);
+        let meta = *self.meta.lock();
+        let commits = Commits {
+            store: &self.ctx.store,
+            manifest: &self.ctx.manifest,
+            durable: &self.durable,
+            count: &self.counters.commits,
+            max_micros: &self.counters.commit_max_micros,
+        };
+        let commit = Commit {
+            index_meta: encode_meta(&v, &meta),
+            durable_seq: v.seq,
+            added,
+            freed,
+        };
+        commits.commit(commit, DataSync::WhenAdded, t)?;
+        *c = Committed {
+            version: v,
+            extents: now,
+        };
+        // A retired filter is named by no version published after it retired, so one the
+        // durable commit does not name is free on disk too.
+        let gone: Vec<Extent> = {
+            let mut r = self.retired_filters.lock();
+            let (gone, kept) = r.drain(..).partition(|e| !c.extents.contains(e));
+            *r = kept;
+            gone
+        };
+        for e in gone {
+            self.ctx.store.alloc().release(e);
+        }
+        Ok(true)
+    }
+}
+
+impl Durable for Tree {
+    fn commit(&self) -> Result<bool> {
+        self.commit_published()
+    }
+
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version();
+        !Arc::ptr_eq(&published, &self.committed.lock().version)
+    }
+
+    fn committer(&self) -> &Committer {
+        &self.committer
+    }
+
+    fn store(&self) -> &PageFile {
+        &self.ctx.store
+    }
+}
+
+impl Drop for Tree {
     fn drop(&mut self) {
         self.ctx
             .store
@@ -489,13 +582,24 @@ impl Index for Boa {
     }
 
     fn work(&self, budget: u64) -> Result<u64> {
+        self.committer.error()?;
         let mut g = self.job.lock();
         if g.is_none() {
             *g = self.start_job()?;
             self.progress.store(0, Ordering::Relaxed);
         }
         let Some(job) = g.as_mut() else {
-            return Ok(0);
+            drop(g);
+            if !self.dirty() && !self.committer.busy() {
+                return Ok(0);
+            }
+            // Nothing to do but make the levels durable (the committer does the I/O). The Db
+            // calls `work` with no debt only from a background thread, a flush or a close,
+            // which call again until it is done.
+            self.committer.request();
+            self.committer
+                .wait_for(std::time::Duration::from_millis(1))?;
+            return Ok(1);
         };
         let before = job.done;
         let finished = match job.step(budget) {
@@ -519,6 +623,14 @@ impl Index for Boa {
 
     fn durable_seq(&self) -> u64 {
         self.durable.load(Ordering::Acquire)
+    }
+
+    fn background_work(&self) -> bool {
+        self.debt() > 0 || self.dirty() || self.committer.busy()
+    }
+
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
     }
 
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
@@ -572,6 +684,8 @@ impl Index for Boa {
             ("runs_probed", &c.probes),
             ("empty_probes", &c.empty_probes),
             ("prefix_matches", &c.prefix_matches),
+            ("commits", &c.commits),
+            ("commit_max_micros", &c.commit_max_micros),
         ]);
         let runs: u64 = v.levels.iter().map(|l| l.runs.len() as u64).sum();
         s.counters.insert("runs".into(), runs);

@@ -37,9 +37,10 @@ fn key(i: u32) -> Vec<u8> {
     format!("key{i:05}").into_bytes()
 }
 
-/// Works off the debt in small steps, as paced writers and background threads do.
+/// Works off the debt in small steps, as paced writers and background threads do, then waits
+/// for the committer to make it durable.
 fn drain(boa: &Boa, step: u64) {
-    while boa.debt() > 0 {
+    while boa.background_work() {
         assert!(boa.work(step).unwrap() > 0);
     }
 }

@@ -52,6 +52,8 @@ impl Level {
 pub struct Version {
     /// Levels, 1 first (index 0); no trailing empty level.
     pub levels: Vec<Level>,
+    /// Every write up to this sequence number is in the levels.
+    pub seq: u64,
 }
 
 impl Version {
@@ -173,5 +175,5 @@ pub fn decode_meta(
     if !r.is_empty() {
         return Err(bad(format!("{} trailing bytes", r.remaining())));
     }
-    Ok((MetaState { seed, next_id }, Version { levels }))
+    Ok((MetaState { seed, next_id }, Version { levels, seq: 0 }))
 }

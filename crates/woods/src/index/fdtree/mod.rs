@@ -53,7 +53,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::job::{capacity, Job, Sizing, STEP_KINDS};
 use self::version::{decode_meta, encode_meta, open_levels, Level, Version};
-use super::committer::{Committer, Durable, WithCommitter};
+use super::committer::{extent_difference, Commits, Committer, DataSync, Durable, WithCommitter};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -368,36 +368,26 @@ impl Tree {
             return Ok(false);
         }
         let now = extents_of(&v.levels);
-        let added: Vec<Extent> = now.difference(&c.extents).copied().collect();
-        let freed: Vec<Extent> = c.extents.difference(&now).copied().collect();
-        if !added.is_empty() {
-            self.ctx.store.sync()?;
-        }
-        // A failed commit may still have reached the manifest: the committed version stays, so
-        // its runs stay allocated, and the Db turns read-only (the committer keeps the error).
-        self.ctx.manifest.commit(Commit {
+        let (added, freed) = extent_difference(&c.extents, &now);
+        let commits = Commits {
+            store: &self.ctx.store,
+            manifest: &self.ctx.manifest,
+            durable: &self.durable,
+            count: &self.counters.commits,
+            max_micros: &self.counters.commit_max_micros,
+        };
+        let commit = Commit {
             index_meta: encode_meta(self.k, self.l0, &v.levels),
             durable_seq: v.seq,
             added,
             freed,
-        })?;
-        self.durable.store(v.seq, Ordering::Release);
+        };
+        commits.commit(commit, DataSync::WhenAdded, t)?;
         *c = Committed {
             version: v,
             extents: now,
         };
-        let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .commit_max_micros
-            .fetch_max(us, Ordering::Relaxed);
         Ok(true)
-    }
-
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool {
-        let published = self.version();
-        !Arc::ptr_eq(&published, &self.committed.lock().version)
     }
 
     /// Appends the versions of `key` visible at `seq` found in level `i` of `v`, reading the
@@ -487,6 +477,12 @@ impl Iterator for Pinned {
 }
 
 impl Durable for Tree {
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version();
+        !Arc::ptr_eq(&published, &self.committed.lock().version)
+    }
+
     fn commit(&self) -> Result<bool> {
         self.commit_published()
     }
@@ -501,6 +497,10 @@ impl Durable for Tree {
 }
 
 impl Index for FdTree {
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
+    }
+
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         if mem.is_empty() {

@@ -39,7 +39,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::node::{decode_meta, encode_meta, MetaState, Node, NodeFile, Seq, Version};
 use self::policy::Class;
-use super::committer::{Committer, Durable, WithCommitter};
+use super::committer::{Commits, Committer, DataSync, Durable, WithCommitter};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -675,31 +675,23 @@ impl IamTree {
                 freed.extend(s.overflow());
             }
         }
-        self.ctx.store.sync()?;
         let state = *self.meta.lock();
-        // A failed commit may still have reached the manifest: the committed version stays, so
-        // what it names stays allocated, and the Db turns read-only (the committer keeps the
-        // error).
-        self.ctx.manifest.commit(Commit {
+        let commits = Commits {
+            store: &self.ctx.store,
+            manifest: &self.ctx.manifest,
+            durable: &self.durable,
+            count: &self.counters.commits,
+            max_micros: &self.counters.commit_max_micros,
+        };
+        let commit = Commit {
             index_meta: encode_meta(&v, &state),
             durable_seq: seq,
             added,
             freed,
-        })?;
-        self.durable.store(seq, Ordering::Release);
+        };
+        commits.commit(commit, DataSync::Always, t)?;
         *c = v;
-        let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .commit_max_micros
-            .fetch_max(us, Ordering::Relaxed);
         Ok(true)
-    }
-
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool {
-        let published = self.version();
-        !Arc::ptr_eq(&published, &self.committed.lock())
     }
 
     /// Verifies one node: its sequences' runs, ranges and per-key order (newest sequence
@@ -784,6 +776,12 @@ fn gather(v: &Version) -> Named {
 }
 
 impl Durable for IamTree {
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version();
+        !Arc::ptr_eq(&published, &self.committed.lock())
+    }
+
     fn commit(&self) -> Result<bool> {
         self.commit_published()
     }
@@ -798,6 +796,10 @@ impl Durable for IamTree {
 }
 
 impl Index for Iam {
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
+    }
+
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         if mem.is_empty() {

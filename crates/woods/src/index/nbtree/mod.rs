@@ -53,7 +53,7 @@ use self::version::{
     decode_meta, encode_meta, height_of, node_at, replace_at, units, Cursor, DTree, Observed,
     Phase, SNode, Version,
 };
-use super::committer::{Committer, Durable, WithCommitter};
+use super::committer::{extent_difference, Commits, Committer, DataSync, Durable, WithCommitter};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -1391,35 +1391,26 @@ impl Tree {
             return Ok(false);
         }
         let now = extents_of(&v.root);
-        let added: Vec<Extent> = now.difference(&c.extents).copied().collect();
-        let freed: Vec<Extent> = c.extents.difference(&now).copied().collect();
-        if !added.is_empty() {
-            self.ctx.store.sync()?;
-        }
-        // A failed commit may still have reached the manifest (a write that went through, then
-        // a failed sync): the committed version stays, so its runs stay allocated. The Db is
-        // read-only from here, and a reopen rebuilds the allocator from what the manifest holds.
-        self.ctx.manifest.commit(Commit {
+        let (added, freed) = extent_difference(&c.extents, &now);
+        let commits = Commits {
+            store: &self.ctx.store,
+            manifest: &self.ctx.manifest,
+            durable: &self.durable,
+            count: &self.counters.commits,
+            max_micros: &self.counters.max_commit_us,
+        };
+        let commit = Commit {
             index_meta: encode_meta(&v.root, v.height, &v.observed, v.cursor.as_ref()),
             durable_seq: v.seq,
             added,
             freed,
-        })?;
-        self.durable.store(v.seq, Ordering::Release);
+        };
+        commits.commit(commit, DataSync::WhenAdded, t)?;
         *c = Committed {
             version: v,
             extents: now,
         };
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
-        self.counters.max_commit_us.fetch_max(us, Ordering::Relaxed);
         Ok(true)
-    }
-
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool {
-        let published = self.version().gen;
-        published != self.committed.lock().version.gen
     }
 
     fn note_call(&self, units: u64, pages: u64) {
@@ -1449,6 +1440,12 @@ fn extents_of(root: &SNode) -> std::collections::HashSet<Extent> {
 }
 
 impl Durable for Tree {
+    /// Whether the published version is not the committed one.
+    fn dirty(&self) -> bool {
+        let published = self.version().gen;
+        published != self.committed.lock().version.gen
+    }
+
     fn commit(&self) -> Result<bool> {
         self.commit_published()
     }
@@ -1463,6 +1460,10 @@ impl Durable for Tree {
 }
 
 impl Index for NbTree {
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
+    }
+
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         if mem.is_empty() {

@@ -942,6 +942,15 @@ impl Index for Pbt {
         self.durable.load(Ordering::Acquire)
     }
 
+    /// The memtables wholly absorbed into ACTIVE and CLOSING, which wait for their partition's
+    /// eviction (bounded by the PBT-Buffer: the switch comes while a memtable's worth of leaf
+    /// room is left).
+    fn held_seq(&self) -> u64 {
+        let st = self.state();
+        let closing = st.closing.as_ref().map_or(0, |c| c.max_seq);
+        st.active.max_seq.max(closing)
+    }
+
     /// Newest partition first (correction 2), skipping partitions by key range and bloom
     /// filter; ends at the first Put or Delete (correction 3).
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {

@@ -50,7 +50,7 @@ use self::edit::{Claims, Editor, Effects, Ids};
 use self::node::{Child, Node};
 use self::policy::Limits;
 use self::task::{coalesce, Build, BuildOptions, KeyRanges, Probe, Source};
-use super::committer::{Committer, Durable, WithCommitter};
+use super::committer::{Commits, Committer, DataSync, Durable, WithCommitter};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::Entry;
 use crate::error::Result;
@@ -1148,20 +1148,23 @@ impl Shared {
             .filter(|(id, _)| !now.contains_key(id))
             .flat_map(|(_, b)| extents(b))
             .collect();
-        self.ctx.store.sync()?;
-        let meta = meta::encode(&v.root, v.ids, self.next_branch.load(Ordering::Relaxed));
-        self.ctx.manifest.commit(Commit {
-            index_meta: meta,
+        let commits = Commits {
+            store: &self.ctx.store,
+            manifest: &self.ctx.manifest,
+            durable: &self.durable,
+            count: &self.counters.commits,
+            max_micros: &self.counters.max_commit_us,
+        };
+        let commit = Commit {
+            index_meta: meta::encode(&v.root, v.ids, self.next_branch.load(Ordering::Relaxed)),
             durable_seq: v.incorporated,
             added,
             freed,
-        })?;
+        };
+        commits.commit(commit, DataSync::Always, t)?;
         c.gen = v.gen;
         c.branches = now;
         c._version = v.clone();
-        self.durable.store(v.incorporated, Ordering::Release);
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        note_max(&self.counters.max_commit_us, t);
         Ok(true)
     }
 
@@ -1182,13 +1185,6 @@ impl Shared {
         self.committer.error()
     }
 
-    /// Whether the published version is not the committed one. (Never holds the version lock
-    /// while waiting for the commit lock: `commit` takes them the other way round.)
-    fn dirty(&self) -> bool {
-        let published = self.current.read().gen;
-        published != self.committed.lock().gen
-    }
-
     /// Units of compaction that may be pending before writers are asked to help.
     fn allowance(&self) -> u64 {
         self.limits.node_units
@@ -1196,6 +1192,13 @@ impl Shared {
 }
 
 impl Durable for Shared {
+    /// Whether the published version is not the committed one. (Never holds the version lock
+    /// while waiting for the commit lock: `commit` takes them the other way round.)
+    fn dirty(&self) -> bool {
+        let published = self.current.read().gen;
+        published != self.committed.lock().gen
+    }
+
     fn commit(&self) -> Result<bool> {
         self.commit_published()
     }
@@ -1219,6 +1222,10 @@ impl Durable for Shared {
 }
 
 impl Index for Stbe {
+    fn wait_durable(&self, limit: std::time::Duration) -> Result<bool> {
+        WithCommitter::wait_durable(self, limit)
+    }
+
     fn absorb(&self, mem: Arc<Memtable>) -> Result<()> {
         self.counters.absorbs.fetch_add(1, Ordering::Relaxed);
         if mem.is_empty() {
