@@ -501,7 +501,7 @@ mod tests {
                                 buf[..8].copy_from_slice(&p.to_le_bytes());
                                 // A third of the pages are index pages, so that both classes
                                 // evict and are evicted.
-                                let class = if p % 3 == 0 {
+                                let class = if p.is_multiple_of(3) {
                                     PageClass::Index
                                 } else {
                                     PageClass::Data
