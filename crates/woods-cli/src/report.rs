@@ -188,6 +188,11 @@ pub fn print_stats(kind: &IndexKind, s: &Stats) -> io::Result<()> {
         rate(c.hits, c.misses)
     )?;
     writeln!(o, "  evictions         {}", c.evictions)?;
+    writeln!(
+        o,
+        "  index pages       {} held, {} evicted (kept before data pages, within half)",
+        c.index_pages, c.index_evictions
+    )?;
     if c.row_capacity_bytes > 0 {
         writeln!(
             o,

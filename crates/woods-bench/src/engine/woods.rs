@@ -135,6 +135,14 @@ impl Engine for WoodsEngine {
                     });
                 c.insert("io_index_write_bytes".into(), b);
                 c.insert("io_index_writes".into(), n);
+                // The cache's, to see what the index pages' class keeps.
+                let cache = &st.cache;
+                c.insert("cache_hits".into(), cache.hits);
+                c.insert("cache_misses".into(), cache.misses);
+                c.insert("cache_evictions".into(), cache.evictions);
+                c.insert("cache_index_pages".into(), cache.index_pages);
+                c.insert("cache_index_evictions".into(), cache.index_evictions);
+                c.insert("cache_reserved_bytes".into(), cache.reserved_bytes);
                 c
             },
         }

@@ -6,6 +6,16 @@
 //! it ([`Cache::probe`]): a lookup that misses allocates nothing, and the pages alive in a shard
 //! are its frames and at most one such spare.
 //!
+//! Pages come in two classes ([`PageClass`]). Index pages (a run's index pages, a B-tree's inner
+//! nodes) are read by every lookup that passes through them; data pages mostly once. Index
+//! pages are kept in preference, up to half of each shard ([`index_share`]): while they hold no
+//! more than that, a data page coming in evicts a data page, so that a stream of data pages
+//! read once (uniform lookups, a scan) cannot push them out, as RocksDB's high-priority pool
+//! keeps index and filter blocks (`cache_index_and_filter_blocks_with_high_priority`). Past
+//! their share, index pages evict each other, and any page coming in evicts an index page
+//! until they are back within it: they may fill a cache that data pages do not want, never
+//! more than half of one that data pages want.
+//!
 //! Memory an index keeps outside the cache because it must (the filters of open runs) is
 //! charged to it with [`Cache::reserve`]: the pages the cache holds shrink by as much, so that
 //! `cache_bytes` bounds pages and filters together, as RocksDB's block cache bounds data,
@@ -44,6 +54,22 @@ fn clock_victim<T>(
     }
 }
 
+/// CLOCK over the frames of one class (`index` or not; one at least is there).
+fn clock_victim_of(frames: &mut [Frame], hand: &mut usize, index: bool) -> usize {
+    loop {
+        let i = *hand % frames.len();
+        *hand = (i + 1) % frames.len();
+        let f = &mut frames[i];
+        if f.index != index {
+            continue;
+        }
+        if !f.referenced {
+            return i;
+        }
+        f.referenced = false;
+    }
+}
+
 /// Hashes the `u64` keys of the caches' maps (page numbers, keys' hashes) with splitmix64's
 /// finalizer: a few instructions where the standard library's SipHash, built to resist chosen
 /// keys that these maps never see, took about 4% of a lookup's instructions (callgrind, `lsm`).
@@ -78,6 +104,23 @@ pub type PageRef = Arc<AlignedBuf>;
 
 const SHARDS: usize = 16;
 
+/// How much a page is worth keeping, as its reader says ([`Cache::insert_as`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageClass {
+    /// A page most lookups that read it read once (data pages, leaves, blob pages): evicted
+    /// first.
+    Data,
+    /// A page every lookup through its run or tree passes (a run's index pages, a B-tree's
+    /// inner nodes): kept in preference to data pages, within [`index_share`] of the cache.
+    Index,
+}
+
+/// Frames of a shard holding `limit` frames that index pages may keep against data pages: half,
+/// as RocksDB's default `high_pri_pool_ratio`. None in a shard of one frame.
+pub fn index_share(limit: usize) -> usize {
+    limit / 2
+}
+
 /// The page number of a frame whose page was invalidated (in no map).
 const INVALID: u64 = u64::MAX;
 
@@ -85,6 +128,8 @@ struct Frame {
     page: u64,
     data: PageRef,
     referenced: bool,
+    /// Holds a [`PageClass::Index`] page.
+    index: bool,
 }
 
 struct Shard {
@@ -92,13 +137,19 @@ struct Shard {
     frames: Vec<Frame>,
     /// Frames this shard may hold when nothing is reserved.
     capacity: usize,
+    /// CLOCK's hand over data frames (and over all frames when no index page is held).
     hand: usize,
+    /// CLOCK's hand over index frames.
+    index_hand: usize,
+    /// Frames holding index pages.
+    index_frames: usize,
     /// The buffer of a page evicted while nobody else held it, kept for the next miss to read
     /// into ([`Cache::probe`]).
     spare: Option<PageRef>,
     hits: u64,
     misses: u64,
     evictions: u64,
+    index_evictions: u64,
 }
 
 /// What [`Cache::probe`] found.
@@ -123,6 +174,10 @@ pub struct CacheStats {
     pub misses: u64,
     /// Pages dropped to make room.
     pub evictions: u64,
+    /// Index pages ([`PageClass::Index`]) held now.
+    pub index_pages: u64,
+    /// Index pages dropped to make room (counted in `evictions` too).
+    pub index_evictions: u64,
     /// Bytes the row cache may hold (0: no row cache).
     pub row_capacity_bytes: u64,
     /// Bytes the row cache holds (taken from the pages).
@@ -161,10 +216,13 @@ impl Cache {
                     frames: Vec::with_capacity(per),
                     capacity: per,
                     hand: 0,
+                    index_hand: 0,
+                    index_frames: 0,
                     spare: None,
                     hits: 0,
                     misses: 0,
                     evictions: 0,
+                    index_evictions: 0,
                 })
             })
             .collect();
@@ -237,21 +295,31 @@ impl Cache {
         Probe::Miss(if take_spare { s.spare.take() } else { None })
     }
 
-    /// Inserts (or replaces) a page.
+    /// Inserts (or replaces) a data page ([`PageClass::Data`]).
     pub fn insert(&self, page: u64, data: PageRef) {
+        self.insert_as(page, data, PageClass::Data);
+    }
+
+    /// Inserts (or replaces) a page of class `class`.
+    pub fn insert_as(&self, page: u64, data: PageRef, class: PageClass) {
         let mut s = self.shard(page).lock();
+        let limit = self.shard_limit(s.capacity);
+        // A shard too small to share keeps every page as data.
+        let index = class == PageClass::Index && index_share(limit) > 0;
         if let Some(&i) = s.map.get(&page) {
+            let was = std::mem::replace(&mut s.frames[i].index, index);
+            s.index_frames = s.index_frames + usize::from(index) - usize::from(was);
             s.frames[i].data = data;
             s.frames[i].referenced = true;
             return;
         }
-        let limit = self.shard_limit(s.capacity);
         // Reservations grew: give frames back until the shard is within its limit again.
         while s.frames.len() > limit {
-            let victim = Self::clock_victim(&mut s);
+            let victim = Self::victim(&mut s, limit, false);
             let last = s.frames.len() - 1;
-            let gone = s.frames.swap_remove(victim).page;
-            s.map.remove(&gone);
+            let gone = s.frames.swap_remove(victim);
+            s.map.remove(&gone.page);
+            Self::count_eviction(&mut s, &gone);
             if victim != last {
                 let moved = s.frames[victim].page;
                 if moved != INVALID {
@@ -261,35 +329,34 @@ impl Cache {
             if s.hand >= s.frames.len() {
                 s.hand = 0;
             }
-            s.evictions += 1;
+            if s.index_hand >= s.frames.len() {
+                s.index_hand = 0;
+            }
         }
         if limit == 0 {
             // Everything is reserved: the page is not kept.
             return;
         }
+        let frame = Frame {
+            page,
+            data,
+            referenced: true,
+            index,
+        };
         if s.frames.len() < limit {
             let i = s.frames.len();
-            s.frames.push(Frame {
-                page,
-                data,
-                referenced: true,
-            });
+            s.frames.push(frame);
             s.map.insert(page, i);
+            s.index_frames += usize::from(index);
             return;
         }
-        let h = Self::clock_victim(&mut s);
+        let h = Self::victim(&mut s, limit, index);
+        s.index_frames += usize::from(index);
         let old = s.frames[h].page;
         s.map.remove(&old);
-        let mut gone = std::mem::replace(
-            &mut s.frames[h],
-            Frame {
-                page,
-                data,
-                referenced: true,
-            },
-        );
+        let mut gone = std::mem::replace(&mut s.frames[h], frame);
         s.map.insert(page, h);
-        s.evictions += 1;
+        Self::count_eviction(&mut s, &gone);
         // Only a whole page that no reader holds can be read into again.
         if s.spare.is_none()
             && gone.data.len() == PAGE_SIZE
@@ -299,6 +366,31 @@ impl Cache {
         } else {
             // Freed after the lock is let go.
             drop(s);
+        }
+    }
+
+    fn count_eviction(s: &mut Shard, gone: &Frame) {
+        s.evictions += 1;
+        if gone.index {
+            s.index_frames -= 1;
+            s.index_evictions += 1;
+        }
+    }
+
+    /// The frame to give up in a shard of `limit` frames (it has frames), for an index page when
+    /// `index`: an index frame while index pages hold more than their share, or hold all of it
+    /// and another comes in (or hold every frame); else a data frame. CLOCK within the class.
+    fn victim(s: &mut Shard, limit: usize, index: bool) -> usize {
+        let share = index_share(limit);
+        if s.index_frames == 0 {
+            clock_victim(&mut s.frames, &mut s.hand, |f| &mut f.referenced)
+        } else if s.index_frames > share
+            || (index && s.index_frames >= share)
+            || s.index_frames == s.frames.len()
+        {
+            clock_victim_of(&mut s.frames, &mut s.index_hand, true)
+        } else {
+            clock_victim_of(&mut s.frames, &mut s.hand, false)
         }
     }
 
@@ -314,11 +406,6 @@ impl Cache {
             .sum()
     }
 
-    /// CLOCK over a shard's frames (the shard has frames).
-    fn clock_victim(s: &mut Shard) -> usize {
-        clock_victim(&mut s.frames, &mut s.hand, |f| &mut f.referenced)
-    }
-
     /// Drops a page if cached (its location is being rewritten or freed).
     pub fn invalidate(&self, page: u64) {
         let mut s = self.shard(page).lock();
@@ -327,6 +414,9 @@ impl Cache {
             // is replaced by an empty buffer so the memory goes back now.
             s.frames[i].page = INVALID;
             s.frames[i].referenced = false;
+            if std::mem::replace(&mut s.frames[i].index, false) {
+                s.index_frames -= 1;
+            }
             s.frames[i].data = Arc::new(AlignedBuf::zeroed(0));
         }
     }
@@ -334,11 +424,14 @@ impl Cache {
     /// The counters, summed over the shards.
     pub fn stats(&self) -> CacheStats {
         let (mut hits, mut misses, mut evictions) = (0, 0, 0);
+        let (mut index_pages, mut index_evictions) = (0, 0);
         for s in &self.shards {
             let s = s.lock();
             hits += s.hits;
             misses += s.misses;
             evictions += s.evictions;
+            index_pages += s.index_frames as u64;
+            index_evictions += s.index_evictions;
         }
         CacheStats {
             capacity_pages: self.capacity as u64,
@@ -346,6 +439,8 @@ impl Cache {
             hits,
             misses,
             evictions,
+            index_pages,
+            index_evictions,
             row_capacity_bytes: self.rows.capacity(),
             row_bytes: self.rows.bytes(),
             row_hits: self.rows.hits(),
@@ -404,7 +499,14 @@ mod tests {
                                 let buf = Arc::get_mut(&mut d).expect("a spare is nobody else's");
                                 buf.fill(0);
                                 buf[..8].copy_from_slice(&p.to_le_bytes());
-                                c.insert(p, d);
+                                // A third of the pages are index pages, so that both classes
+                                // evict and are evicted.
+                                let class = if p.is_multiple_of(3) {
+                                    PageClass::Index
+                                } else {
+                                    PageClass::Data
+                                };
+                                c.insert_as(p, d, class);
                             }
                         }
                         if n % 64 == 0 {
@@ -423,6 +525,136 @@ mod tests {
         let s = c.stats();
         assert_eq!(s.hits + s.misses, threads * 20_000);
         assert!(s.evictions > 0 && s.hits > 0);
+        assert!(s.index_evictions > 0 && s.index_evictions < s.evictions);
+        assert_counts_agree(&c);
+    }
+
+    /// Every shard's count of index frames is the number of its frames holding index pages.
+    fn assert_counts_agree(c: &Cache) {
+        for (n, s) in c.shards.iter().enumerate() {
+            let s = s.lock();
+            let index = s.frames.iter().filter(|f| f.index).count();
+            assert_eq!(s.index_frames, index, "shard {n}");
+        }
+    }
+
+    /// Pages `from..` whose shard is `shard`, `n` of them.
+    fn pages_of_shard(c: &Cache, shard: usize, from: u64, n: usize) -> Vec<u64> {
+        (from..)
+            .filter(|&p| std::ptr::eq(c.shard(p), &c.shards[shard]))
+            .take(n)
+            .collect()
+    }
+
+    fn page_bytes(p: u64) -> PageRef {
+        Arc::new(AlignedBuf::from_slice(&p.to_le_bytes()))
+    }
+
+    fn held(c: &Cache, pages: impl IntoIterator<Item = u64>) -> usize {
+        pages
+            .into_iter()
+            .filter(|&p| {
+                c.get(p).is_some_and(|d| {
+                    assert_eq!(&d[..8], &p.to_le_bytes(), "page {p} holds another's bytes");
+                    true
+                })
+            })
+            .count()
+    }
+
+    /// The uniform lookup's case (issue 22's `boa` at 2M records): index pages read by every
+    /// lookup, then a long stream of data pages each read once. Index pages within their share
+    /// of each shard all stay; without the classes CLOCK would have evicted every one of them.
+    #[test]
+    fn a_scan_of_data_pages_leaves_the_index_pages_within_their_share() {
+        let c = Cache::new(256 * PAGE_SIZE as u64); // 16 frames a shard, 8 of them for index pages
+        let share = index_share(16);
+        assert_eq!(share, 8);
+        let index: Vec<u64> = (0..SHARDS)
+            .flat_map(|n| pages_of_shard(&c, n, 0, share))
+            .collect();
+        for &p in &index {
+            c.insert_as(p, page_bytes(p), PageClass::Index);
+        }
+        // Data pages read once, many times the cache over, and some read again meanwhile.
+        for p in 1_000_000..1_010_000u64 {
+            c.insert(p, page_bytes(p));
+            if p % 7 == 0 {
+                let _ = c.get(p);
+            }
+        }
+        assert_eq!(held(&c, index.iter().copied()), index.len());
+        let s = c.stats();
+        assert_eq!(s.index_pages, index.len() as u64);
+        assert_eq!(s.index_evictions, 0);
+        // The data pages had the rest of the cache.
+        assert_eq!(held(&c, 1_000_000..1_010_000), 256 - index.len());
+        assert_counts_agree(&c);
+    }
+
+    /// Index pages cannot take the cache from data pages: past their share they evict each
+    /// other, and data pages coming in take back what they borrowed while the cache had room.
+    #[test]
+    fn index_pages_keep_to_their_share_once_data_pages_want_the_room() {
+        let c = Cache::new(256 * PAGE_SIZE as u64); // 16 frames a shard
+        let share = SHARDS * index_share(16);
+        // `n` pages from `from` in each shard.
+        let spread = |from: u64, n: usize| -> Vec<u64> {
+            (0..SHARDS)
+                .flat_map(|s| pages_of_shard(&c, s, from, n))
+                .collect()
+        };
+        // Into an empty cache: index pages may fill it.
+        let borrowed = spread(0, 16);
+        for &p in &borrowed {
+            c.insert_as(p, page_bytes(p), PageClass::Index);
+        }
+        assert_eq!(c.stats().index_pages, 256);
+        // Data pages come in: each evicts an index page until they are within their share.
+        let data = spread(100_000, 16);
+        for &p in &data {
+            c.insert(p, page_bytes(p));
+        }
+        assert_eq!(c.stats().index_pages as usize, share);
+        assert_eq!(held(&c, data.iter().copied()), 256 - share);
+        // More index pages than the share: they evict index pages, not data pages.
+        let more = spread(200_000, 40);
+        for &p in &more {
+            c.insert_as(p, page_bytes(p), PageClass::Index);
+        }
+        assert_eq!(held(&c, data.iter().copied()), 256 - share);
+        assert_eq!(held(&c, more.iter().copied()), share);
+        assert_counts_agree(&c);
+        // A reservation shrinks the shards: index pages give up their excess first.
+        c.reserve(128 * PAGE_SIZE as u64); // 8 frames a shard, 4 for index pages
+        for &p in &spread(300_000, 1) {
+            c.insert(p, page_bytes(p));
+        }
+        let s = c.stats();
+        assert_eq!(s.index_pages as usize, SHARDS * index_share(8), "{s:?}");
+        assert_eq!(held(&c, more.iter().copied()), SHARDS * index_share(8));
+        assert_counts_agree(&c);
+    }
+
+    /// An index page invalidated or replaced leaves the count of index pages right.
+    #[test]
+    fn invalidating_or_reclassing_an_index_page_keeps_the_count() {
+        let c = Cache::new(256 * PAGE_SIZE as u64);
+        for p in 0..50u64 {
+            c.insert_as(p, page_bytes(p), PageClass::Index);
+        }
+        for p in 0..10u64 {
+            c.invalidate(p);
+        }
+        for p in 10..20u64 {
+            c.insert(p, page_bytes(p));
+        }
+        assert_eq!(c.stats().index_pages, 30);
+        for p in 10..20u64 {
+            c.insert_as(p, page_bytes(p), PageClass::Index);
+        }
+        assert_eq!(c.stats().index_pages, 40);
+        assert_counts_agree(&c);
     }
 
     /// A miss after an eviction reads into the evicted page's buffer, unless a reader still

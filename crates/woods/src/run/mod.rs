@@ -30,7 +30,7 @@ pub(crate) use iter::DataPages;
 pub use iter::{FenceSink, RunIter};
 pub use region::Region;
 
-use crate::cache::PageRef;
+use crate::cache::{PageClass, PageRef};
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
@@ -485,7 +485,13 @@ impl Run {
 
     fn load(&self, page: u64, level: u8, purpose: Purpose) -> Result<Node> {
         let buf = if purpose == Purpose::UserRead {
-            self.store.read(page, purpose)?
+            // Every lookup in the run passes its index pages: they are kept before data pages.
+            let class = if level > 0 {
+                PageClass::Index
+            } else {
+                PageClass::Data
+            };
+            self.store.read_as(page, purpose, class)?
         } else {
             Arc::new(self.store.read_uncached(page, purpose)?)
         };

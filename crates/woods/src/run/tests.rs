@@ -1245,3 +1245,31 @@ fn region_decode_refuses_crossed_cursors() {
     }
     assert!(Region::decode(&mut Reader::new(&buf, "t")).is_err());
 }
+
+/// A user read of a run caches its index pages as index pages ([`crate::cache::PageClass`]),
+/// which the cache keeps before its data pages, and its data pages as data.
+#[test]
+fn user_reads_cache_the_index_pages_as_index_pages() {
+    let (_fs, pf) = store_with(Cache::new(1 << 20));
+    let entries: Vec<Entry> = (0..20_000u64)
+        .map(|i| {
+            Entry::new(
+                format!("key{i:08}").as_bytes(),
+                i + 1,
+                Kind::Put,
+                &[7u8; 100],
+            )
+        })
+        .collect();
+    let run = build(&pf, &entries, opts());
+    assert!(run.meta().height >= 2, "the run has index pages");
+    let mut out = Vec::new();
+    for e in &entries {
+        out.clear();
+        run.get(&e.key, u64::MAX, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+    }
+    let stats = pf.cache().stats();
+    assert_eq!(stats.index_pages, index_pages(&run));
+    assert!(stats.misses > stats.index_pages, "data pages were read too");
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::io::{IoQueue, Pending};
 use super::stamp::{Stamp, Stamps};
 use super::{AlignedBuf, Allocator, Extent, File, IoCounters, Purpose};
-use crate::cache::{Cache, PageRef, Probe};
+use crate::cache::{Cache, PageClass, PageRef, Probe};
 use crate::error::{Error, Latch, Result};
 
 /// Bytes per page.
@@ -119,8 +119,14 @@ impl PageFile {
         self.file.is_direct()
     }
 
-    /// Reads one page through the cache, verifying its checksum.
+    /// Reads one data page through the cache, verifying its checksum.
     pub fn read(&self, page: u64, purpose: Purpose) -> Result<PageRef> {
+        self.read_as(page, purpose, PageClass::Data)
+    }
+
+    /// Reads one page through the cache, verifying its checksum; on a miss the page is cached
+    /// as `class` (index pages are kept in preference to data pages, [`PageClass`]).
+    pub fn read_as(&self, page: u64, purpose: Purpose, class: PageClass) -> Result<PageRef> {
         let mut p = match self.cache.probe(page) {
             Probe::Hit(p) => return Ok(p),
             Probe::Miss(spare) => {
@@ -132,7 +138,7 @@ impl PageFile {
             // Not reached: a spare is held by nobody else, and a new buffer is ours.
             None => p = Arc::new(self.read_uncached(page, purpose)?),
         }
-        self.cache.insert(page, p.clone());
+        self.cache.insert_as(page, p.clone(), class);
         Ok(p)
     }
 

@@ -17,7 +17,7 @@ use super::node::{
     blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, split_sizes, Child,
     LeafEntry, NodeView, Offsets, Val, ValRef, INTERNAL, LEAF,
 };
-use crate::cache::PageRef;
+use crate::cache::{PageClass, PageRef};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_SEQ, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 use crate::memtable::{MemIter, Memtable};
@@ -256,14 +256,20 @@ enum Taken {
 }
 
 impl TreeReader {
+    /// A leaf (or blob) page, cached as data.
     fn page(&self, page: u64) -> Result<PageRef> {
         self.store.read(page, Purpose::UserRead)
+    }
+    /// An internal node's page, which every descent below it passes: cached as an index page.
+    fn inner(&self, page: u64) -> Result<PageRef> {
+        self.store
+            .read_as(page, Purpose::UserRead, PageClass::Index)
     }
     fn leaf(&self, page: u64) -> Result<Vec<LeafEntry>> {
         decode_leaf(&self.page(page)?, page)
     }
     fn internal(&self, page: u64) -> Result<Vec<Child>> {
-        decode_internal(&self.page(page)?, page)
+        decode_internal(&self.inner(page)?, page)
     }
     /// Entry `e` of leaf page `leaf`, with its value.
     fn value(&self, e: &LeafEntry, leaf: u64) -> Result<Entry> {
@@ -315,7 +321,7 @@ impl TreeReader {
             // height: where the next leaf begins.
             let mut right = None;
             for h in (2..=self.height).rev() {
-                let buf = self.page(page)?;
+                let buf = self.inner(page)?;
                 let node = offs.scan(&buf, page, INTERNAL)?;
                 let i = node.child_for(key, from);
                 if i + 1 < node.len() {
@@ -333,7 +339,7 @@ impl TreeReader {
                 return Ok(false);
             };
             for _ in 1..h {
-                let buf = self.page(page)?;
+                let buf = self.inner(page)?;
                 page = offs.scan(&buf, page, INTERNAL)?.child(0);
             }
             let buf = self.page(page)?;
@@ -493,7 +499,7 @@ impl LeafCursor {
         };
         let mut page = c.tree.root;
         for _ in 1..c.tree.height {
-            let buf = c.tree.page(page)?;
+            let buf = c.tree.inner(page)?;
             let node = c.offs.scan(&buf, page, INTERNAL)?;
             let i = node.child_for(key, seq);
             let kids: Vec<u64> = (0..node.len()).map(|j| node.child(j)).collect();
@@ -544,7 +550,7 @@ impl LeafCursor {
                     let mut page = children[n];
                     let depth = self.tree.height as usize - 1;
                     while self.stack.len() < depth {
-                        let buf = self.tree.page(page)?;
+                        let buf = self.tree.inner(page)?;
                         let node = self.offs.scan(&buf, page, INTERNAL)?;
                         let kids: Vec<u64> = (0..node.len()).map(|j| node.child(j)).collect();
                         // An internal node has a child: the scan checked.
