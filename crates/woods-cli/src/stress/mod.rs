@@ -175,7 +175,26 @@ fn parse_line(line: &str) -> Option<Said> {
     }
 }
 
-use watch::{Watch, HANG};
+use watch::{Hang, Watch};
+
+/// What a hang is reported as: `what` made no progress for so long, how busy it was, `state`,
+/// and each of its threads.
+fn hung(what: &str, h: &Hang, state: &str) -> String {
+    let mut m = format!(
+        "{what} made no progress for {} s (hung{}); {state}",
+        h.secs,
+        if h.busy {
+            ", busy all along"
+        } else {
+            ", using almost no processor time"
+        }
+    );
+    for l in &h.threads {
+        m.push_str("\n  ");
+        m.push_str(l);
+    }
+    m
+}
 
 /// Runs `woods stress`; returns the exit status.
 pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
@@ -417,20 +436,8 @@ impl Run<'_> {
                         if let Some(h) = watch.check() {
                             let _ = child.kill();
                             let _ = child.wait();
-                            let mut m = format!(
-                                "round {round} made no progress for {} s (hung{}); ready: {ready}",
-                                h.secs,
-                                if h.busy {
-                                    ", busy all along"
-                                } else {
-                                    ", using almost no processor time"
-                                }
-                            );
-                            for l in &h.threads {
-                                m.push_str("\n  ");
-                                m.push_str(l);
-                            }
-                            break Err(Stop::Error(m));
+                            let what = format!("round {round}");
+                            break Err(Stop::Error(hung(&what, &h, &format!("ready: {ready}"))));
                         }
                     }
                 },
@@ -455,10 +462,12 @@ impl Run<'_> {
         ops: &mut (u64, u64, u64),
         t: &mut Totals,
     ) -> Result<(), Stop> {
-        let until = Instant::now() + HANG;
+        // Stopping, closing, reopening and verifying print nothing until `done`: the watch
+        // tells a starved round from a hung one, as it does while a round runs.
+        let mut watch = Watch::new(child.id());
         let mut done = false;
         loop {
-            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            match rx.recv_timeout(Duration::from_secs(1)) {
                 Ok(line) => match parse_line(&line) {
                     Some(Said::Done) => {
                         done = true;
@@ -469,12 +478,12 @@ impl Run<'_> {
                 },
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(Stop::Error(format!(
-                        "the last round did not stop within {} s of being asked",
-                        HANG.as_secs()
-                    )));
+                    if let Some(h) = watch.check() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        let what = "the last round, asked to stop,";
+                        return Err(Stop::Error(hung(what, &h, "closing and verifying")));
+                    }
                 }
             }
         }
