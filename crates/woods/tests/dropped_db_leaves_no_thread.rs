@@ -17,7 +17,8 @@ use std::sync::Arc;
 use woods::storage::{FaultFs, Fs};
 use woods::{Db, Options};
 
-/// The names of this process's threads that belong to a database.
+/// The names of this process's threads that belong to a database: the Db's `woods-bg-N`, the
+/// page file's `woods-io`, an index's `KIND-commit`.
 fn database_threads() -> Vec<String> {
     let mut names = Vec::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
@@ -27,7 +28,9 @@ fn database_threads() -> Vec<String> {
         // A thread may end between the listing and the read: then it is not there.
         if let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) {
             let name = comm.trim_end().to_string();
-            if name.starts_with("woods") && !name.starts_with("woods-reader") {
+            let ours = name.starts_with("woods") && !name.starts_with("woods-reader");
+            // An index's committer thread: `fdtree-commit`, `nbtree-commit`, `stbe-commit`...
+            if ours || name.ends_with("-commit") {
                 names.push(name);
             }
         }
@@ -45,7 +48,10 @@ fn exercise(db: &Db) {
     db.flush().expect("flush");
     db.drain().expect("drain");
     for i in (0..1500u32).step_by(7) {
-        assert_eq!(db.get(format!("key{i:06}")).expect("get"), Some(value.clone()));
+        assert_eq!(
+            db.get(format!("key{i:06}")).expect("get"),
+            Some(value.clone())
+        );
     }
 }
 
@@ -56,7 +62,7 @@ fn a_closed_or_dropped_db_leaves_no_thread_behind() {
         "woods threads before any database: {:?}",
         database_threads()
     );
-    let mut io_seen = 0;
+    let (mut io_seen, mut commit_seen) = (0, 0);
     for kind in common::kinds() {
         let name = kind.name();
         for close in [false, true] {
@@ -71,6 +77,9 @@ fn a_closed_or_dropped_db_leaves_no_thread_behind() {
             let running = database_threads();
             if running.iter().any(|t| t == "woods-io") {
                 io_seen += 1;
+            }
+            if running.iter().any(|t| t.ends_with("-commit")) {
+                commit_seen += 1;
             }
             if close {
                 db.close().expect("close");
@@ -87,4 +96,5 @@ fn a_closed_or_dropped_db_leaves_no_thread_behind() {
     }
     // The I/O threads start with the first background read or write: the test must have met them.
     assert!(io_seen > 0, "no kind started its I/O threads");
+    assert!(commit_seen > 0, "no kind started a committer thread");
 }

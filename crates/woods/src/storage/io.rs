@@ -232,7 +232,11 @@ mod tests {
         watch_every_thread(&q, &exits);
         drop(q);
         let gone: Vec<_> = exited.try_iter().collect();
-        assert_eq!(gone.len(), IO_THREADS, "threads ended when the drop returned");
+        assert_eq!(
+            gone.len(),
+            IO_THREADS,
+            "threads ended when the drop returned"
+        );
     }
 
     /// The last reference to the queue released by one of its own requests: the drop joins the
