@@ -102,6 +102,15 @@ pub(crate) struct DecodedBatch {
     pub ops: Vec<(Kind, Vec<u8>, Vec<u8>)>,
 }
 
+/// The sequence numbers a log record's batch takes, `first..=last`, read from its header alone
+/// (an empty batch takes its first number).
+pub(crate) fn seq_range(payload: &[u8]) -> Result<(u64, u64)> {
+    let mut r = Reader::new(payload, "write-ahead log record");
+    let first_seq = r.u64()?;
+    let n = r.u32()?;
+    Ok((first_seq, first_seq.saturating_add(u64::from(n.max(1)) - 1)))
+}
+
 pub(crate) fn decode(payload: &[u8]) -> Result<DecodedBatch> {
     let mut r = Reader::new(payload, "write-ahead log record");
     let first_seq = r.u64()?;

@@ -687,11 +687,16 @@ impl Db {
         // files (a torn header, anything after a tear); `wal_files` are those it left.
         let replay = wal::replay(&*fs, &dir, &io)?;
         if replay.torn {
-            // Valid records after a damaged one: a torn tail only if a power cut can explain it.
+            // Valid records after a damaged one: a torn tail only if a power cut can explain it
+            // (an earlier boot's file, in the part no sync mark covers).
             let damage = crate::repair::log_damage(&replay, state.durable_seq)?;
-            if let Some(d) = damage.filter(|d| d.this_boot) {
+            if let Some(d) = damage.filter(|d| d.this_boot || d.synced) {
                 return Err(d.error(&dir));
             }
+        }
+        // Records that resume only after an absent file: the file was lost, not torn.
+        if let Some(m) = crate::repair::missing_log(&replay, state.durable_seq)? {
+            return Err(m.error(&dir));
         }
         let wal_files = wal::seal_recovered(&*fs, &dir, &replay, &io)?;
         crate::crashpoint::point("open.after_seal");
@@ -750,13 +755,16 @@ impl Db {
             opts: opts.clone(),
         });
         let mut replayed = false;
-        for rec in &replay.records {
+        // The first log file whose records recovery stops before, if any.
+        let mut stopped_in = None;
+        for (rec, &file) in replay.records.iter().zip(&replay.record_files) {
             let b = batch::decode(rec)?;
             if b.first_seq <= state.durable_seq {
                 continue;
             }
             if b.first_seq != last_seq + 1 {
                 // A gap means records were lost in the middle: stop at the prefix we have.
+                stopped_in = Some(file);
                 break;
             }
             let mem = inner.mems.read().active.clone();
@@ -778,12 +786,21 @@ impl Db {
             inner.flush_all()?;
             crate::crashpoint::point("open.replay.after_flush");
         }
-        // Everything replayed is durable in the index now: the old logs can go.
-        for n in &wal_files {
-            fs.remove(&wal::wal_file_path(&dir, *n))?;
-        }
-        if !wal_files.is_empty() {
-            fs.sync_dir(&dir)?;
+        // Everything replayed is durable in the index now: the old logs can go. The files
+        // recovery stopped before go first, made durable, and then the others: a crash (or a
+        // power cut) between the removals must not leave a file of records above the durable
+        // sequence number behind an absent one, which the next open would take for a lost file
+        // (`repair::missing_log`).
+        let (dropped, kept): (Vec<u64>, Vec<u64>) = wal_files
+            .iter()
+            .partition(|&&n| stopped_in.is_some_and(|s| n >= s));
+        for group in [dropped, kept] {
+            for n in &group {
+                fs.remove(&wal::wal_file_path(&dir, *n))?;
+            }
+            if !group.is_empty() {
+                fs.sync_dir(&dir)?;
+            }
         }
         let inner = match Arc::try_unwrap(inner) {
             Ok(mut i) => {

@@ -119,7 +119,8 @@ impl Db {
                         "CURRENT names a sound manifest log and the index checks clean".into(),
                     );
                     drop(parts);
-                    if !repair_log(&*fs, dir, &io, &mut report)? {
+                    let damaged = repair_log(&*fs, dir, &io, &mut report)?;
+                    if !repair_missing_log(&*fs, dir, &io, &mut report)? && !damaged {
                         report
                             .notes
                             .push("the log has no damage: nothing to repair".into());
@@ -217,6 +218,7 @@ impl Db {
                         manifest::manifest_file_name(installed)
                     ));
                     repair_log(&*fs, dir, &io, &mut report)?;
+                    repair_missing_log(&*fs, dir, &io, &mut report)?;
                     report_log_gap(&*fs, dir, &io, &mut report)?;
                     return Ok(report);
                 }
@@ -452,6 +454,173 @@ fn report_log_gap(
     Ok(())
 }
 
+/// Log files missing in the middle of the log: the records above the index's durable sequence
+/// number stop, and resume only in a later file, while some file number between the two is
+/// absent. Nothing but damage or a careless removal explains it: a log file's name is made
+/// durable before any record goes into it (no power cut takes it away), a retired file is
+/// removed only once the index holds all its records durably (so its records are at or below
+/// the durable sequence number), and an open removes the files its recovery stopped before
+/// first, with a directory sync, before the files it replayed (`Db::open`), so that a crash
+/// while it removes them leaves no later file behind an absent one. A gap with every file
+/// number present is a power cut's loss of unsynced records (a file from before a restart whose
+/// tail came back short), and recovery stops there, as before.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MissingLog {
+    /// The absent file numbers between the last record that continues the log and the file
+    /// that resumes it.
+    pub missing: Vec<u64>,
+    /// The file whose records no longer continue the log: it and every later file are what
+    /// stopping at the gap drops.
+    pub resumes_in: u64,
+    /// The sequence numbers in no log file, `first..=last`.
+    pub absent_seqs: (u64, u64),
+    /// Valid records after the gap that stopping there drops, and the sequence numbers lost in
+    /// all (the absent ones and theirs).
+    pub records: u64,
+    pub seqs: (u64, u64),
+}
+
+impl MissingLog {
+    /// The error an open returns for it.
+    pub(crate) fn error(&self, dir: &Path) -> Error {
+        let names: Vec<String> = self
+            .missing
+            .iter()
+            .map(|&n| wal::wal_file_name(n))
+            .collect();
+        Error::corruption(
+            format!(
+                "WAL file {}",
+                wal::wal_file_path(dir, self.missing[0]).display()
+            ),
+            None,
+            format!(
+                "missing: the log holds no record of the writes with sequence numbers {} to {}, \
+                 and resumes after them in {} while {} {} absent; a retired log file is removed \
+                 only once the index holds its records, so a file is missing that the database \
+                 still needs; stopping at the gap would also drop the {} record(s) after it \
+                 (sequence numbers {} to {}), losing the writes with sequence numbers {} to {} \
+                 in all; `Db::repair` (`woods repair DIR`) recovers to the point before the gap \
+                 and reports what it drops",
+                self.absent_seqs.0,
+                self.absent_seqs.1,
+                wal::wal_file_name(self.resumes_in),
+                names.join(", "),
+                if names.len() == 1 { "is" } else { "are" },
+                self.records,
+                self.absent_seqs.1 + 1,
+                self.seqs.1,
+                self.seqs.0,
+                self.seqs.1
+            ),
+        )
+    }
+}
+
+/// Finds the first gap in the sequence numbers of the log's records above `durable_seq` that an
+/// absent log file explains ([`MissingLog`]). Decided by sequence numbers: files absent below
+/// or between files whose records the index holds durably are retired ones, as they may be.
+pub(crate) fn missing_log(replay: &wal::Replay, durable_seq: u64) -> Result<Option<MissingLog>> {
+    let mut last = durable_seq;
+    // The file of the last record at or below `last`: the log continues up to there.
+    let mut last_file: Option<u64> = None;
+    let mut gap: Option<(usize, u64)> = None;
+    for (i, (rec, &file)) in replay.records.iter().zip(&replay.record_files).enumerate() {
+        let (first, end) = batch::seq_range(rec)?;
+        if first <= last {
+            last_file = Some(file);
+            continue;
+        }
+        if first == last + 1 {
+            last = end;
+            last_file = Some(file);
+            continue;
+        }
+        gap = Some((i, first));
+        break;
+    }
+    let Some((i, first)) = gap else {
+        return Ok(None);
+    };
+    let resumes_in = replay.record_files[i];
+    // Numbers below the first file present are retired files, unless the gap starts there:
+    // then the file just before it held the absent records.
+    let lo = last_file.or_else(|| replay.files.first().copied().filter(|&f| f < resumes_in));
+    let candidates = match lo {
+        Some(lo) => (lo + 1..resumes_in).collect::<Vec<_>>(),
+        None => resumes_in
+            .checked_sub(1)
+            .filter(|&n| n > 0)
+            .into_iter()
+            .collect(),
+    };
+    let missing: Vec<u64> = candidates
+        .into_iter()
+        .filter(|n| replay.files.binary_search(n).is_err())
+        .collect();
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    let mut records = 0u64;
+    let mut max_end = first - 1;
+    for rec in &replay.records[i..] {
+        let (_, end) = batch::seq_range(rec)?;
+        records += 1;
+        max_end = max_end.max(end);
+    }
+    Ok(Some(MissingLog {
+        missing,
+        resumes_in,
+        absent_seqs: (last + 1, first - 1),
+        records,
+        seqs: (last + 1, max_end),
+    }))
+}
+
+/// Point-in-time recovery of a log with files missing in the middle ([`missing_log`]): the files
+/// from the one that resumes the log on are set aside as `wal-*.log.old`, so that the next open
+/// replays the log up to the gap; the writes lost are reported. Returns whether it changed
+/// anything.
+fn repair_missing_log(
+    fs: &dyn Fs,
+    dir: &Path,
+    io: &IoCounters,
+    report: &mut RepairReport,
+) -> Result<bool> {
+    let replay = wal::replay(fs, dir, io)?;
+    let Some(m) = missing_log(&replay, report.durable_seq)? else {
+        return Ok(false);
+    };
+    for &n in replay.files.iter().filter(|&&n| n >= m.resumes_in) {
+        fs.rename(
+            &wal::wal_file_path(dir, n),
+            &dir.join(format!("{}.old", wal::wal_file_name(n))),
+        )?;
+    }
+    fs.sync_dir(dir)?;
+    report.log_records_dropped += m.records;
+    report.lost_seqs = Some(match report.lost_seqs {
+        Some((a, b)) => (a.min(m.seqs.0), b.max(m.seqs.1)),
+        None => m.seqs,
+    });
+    let names: Vec<String> = m.missing.iter().map(|&n| wal::wal_file_name(n)).collect();
+    report.notes.push(format!(
+        "the log holds no record of the writes with sequence numbers {} to {} ({} missing) and \
+         resumes in {}: the log now ends before the gap (point-in-time recovery), so the writes \
+         with sequence numbers {} to {} are lost ({} record(s) dropped); the files from {} on \
+         are kept as wal-*.log.old",
+        m.absent_seqs.0,
+        m.absent_seqs.1,
+        names.join(", "),
+        wal::wal_file_name(m.resumes_in),
+        m.seqs.0,
+        m.seqs.1,
+        m.records,
+        wal::wal_file_name(m.resumes_in)
+    ));
+    Ok(true)
+}
+
 /// A damaged record in the write-ahead log that records the database needs follow: stopping
 /// there (point-in-time recovery) would drop them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -463,6 +632,9 @@ pub(crate) struct LogDamage {
     /// The file was created in this boot, so no power cut can have torn it: the records after
     /// the damage were acknowledged, and dropping them silently would lose them.
     pub this_boot: bool,
+    /// A sync mark after the damage says the file was synced past it: no power cut can have
+    /// torn it, whatever the boot.
+    pub synced: bool,
     /// Valid records after the damage (above the index's durable sequence number) that the
     /// log's valid prefix does not reach, and the sequence numbers recovery to the point
     /// before the damage loses (the damaged record's and theirs).
@@ -478,11 +650,20 @@ impl LogDamage {
             None,
             format!(
                 "the record at byte {} is damaged ({}) but {} valid record(s) follow it, \
-                 which no crash leaves in a log file written since the machine started: not a \
-                 torn tail, and stopping there would drop the writes with sequence numbers {} \
-                 to {}; `Db::repair` (`woods repair DIR`) recovers to the point before the \
-                 damage and reports what it drops",
-                self.offset, self.reason, self.records, self.seqs.0, self.seqs.1
+                 which no crash leaves {}: not a torn tail, and stopping there would drop the \
+                 writes with sequence numbers {} to {}; `Db::repair` (`woods repair DIR`) \
+                 recovers to the point before the damage and reports what it drops",
+                self.offset,
+                self.reason,
+                self.records,
+                if self.this_boot {
+                    "in a log file written since the machine started"
+                } else {
+                    "in the synced part of a log file (a sync mark after the damage says the \
+                     file was synced past it)"
+                },
+                self.seqs.0,
+                self.seqs.1
             ),
         )
     }
@@ -491,8 +672,7 @@ impl LogDamage {
 /// Finds the first damaged place of the log that drops records the database needs (above
 /// `durable_seq`): records found after the bad bytes of a file, or the later files' records
 /// that no longer continue the log after a tear. A torn tail (nothing needed after it) is not
-/// damage. A gap between files that no tear explains (a missing file) is not reported here:
-/// the open stops at it, as before.
+/// damage. A gap between files that no tear explains is [`missing_log`]'s.
 pub(crate) fn log_damage(replay: &wal::Replay, durable_seq: u64) -> Result<Option<LogDamage>> {
     // The records the open's replay applies, and the first it does not (a gap).
     let mut last = durable_seq;
@@ -538,6 +718,7 @@ pub(crate) fn log_damage(replay: &wal::Replay, durable_seq: u64) -> Result<Optio
                 offset: at.offset,
                 reason: at.reason.clone(),
                 this_boot: at.this_boot,
+                synced: at.synced,
                 records: lost.len() as u64,
                 // Point-in-time recovery keeps the writes up to `last`: everything after it,
                 // the damaged record's own writes included, is what it drops.

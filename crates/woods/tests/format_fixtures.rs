@@ -3,6 +3,11 @@
 //! version must be refused, and so must the format 1.0 fixtures under `tests/fixtures/v1.0/`
 //! (major 2 stamps every page, so its pages are laid out otherwise; docs/format.md).
 //!
+//! Format 2.1 fixtures (`tests/fixtures/v2.1/`) hold the same contents written by the minor
+//! versions added since: manifest minor 1 (a snapshot record every 8 records: each fixture's
+//! manifest log has more than 8) and WAL minor 2 (a sync mark after each fsync of the live log:
+//! the log left behind holds some).
+//!
 //! Write the fixtures of kinds that have none yet (committed ones are never rewritten; a new
 //! format version goes into a new directory):
 //! `cargo test -p woods --test format_fixtures -- --ignored make_fixtures`
@@ -15,6 +20,8 @@ use std::path::{Path, PathBuf};
 use woods::{Db, Error, Options};
 
 const VERSION: &str = "v2.0";
+/// The fixtures of the current minor versions.
+const VERSION_2_1: &str = "v2.1";
 
 fn fixture_dir(kind: &str) -> PathBuf {
     version_dir(VERSION, kind)
@@ -64,7 +71,7 @@ fn options(kind: &woods::IndexKind) -> Options {
 #[ignore = "writes the committed fixtures"]
 fn make_fixtures() {
     for kind in common::kinds() {
-        let dir = fixture_dir(kind.name());
+        let dir = version_dir(VERSION_2_1, kind.name());
         if dir.exists() {
             continue;
         }
@@ -81,11 +88,26 @@ fn make_fixtures() {
         }
         db.close().expect("close");
         let db = Db::open(&dir, options(&kind)).expect("reopen");
+        // The open began a new manifest log: ten commits in it (the same values written again,
+        // each tenth flushed), so that it holds more than 8 records and a snapshot among them.
+        for i in (0..3000u32).filter(|i| i % 7 != 0) {
+            db.put(format!("fixture-{i:05}"), format!("value-{i}"))
+                .expect("put");
+            if i % 300 == 299 {
+                db.flush().expect("flush");
+            }
+        }
         for i in 0..50u32 {
             db.merge(format!("counter-{i:02}"), b"b").expect("merge");
         }
         for i in 3000..3100u32 {
-            db.put(format!("fixture-{i:05}"), format!("logged-{i}"))
+            // Some Sync writes: each fsync leaves a sync mark in the log.
+            let d = if i % 25 == 24 {
+                woods::Durability::Sync
+            } else {
+                woods::Durability::Buffered
+            };
+            db.put_with(format!("fixture-{i:05}"), format!("logged-{i}"), d)
                 .expect("put");
         }
         db.sync().expect("sync");
@@ -140,8 +162,59 @@ fn v1_fixtures_are_refused_naming_both_majors() {
 #[test]
 fn v2_fixtures_open_with_their_contents() {
     for kind in common::kinds() {
+        opens_with_its_contents(&kind, &fixture_dir(kind.name()));
+    }
+}
+
+/// What a fixture of format 2.1 holds besides its contents: the minor versions it is there for.
+fn has_the_minor_versions(dir: &Path) -> Result<(), String> {
+    let mut wal_marks = 0;
+    let mut manifest_records = 0;
+    for e in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
+        let e = e.map_err(|e| e.to_string())?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let bytes = std::fs::read(e.path()).map_err(|e| e.to_string())?;
+        if name.starts_with("wal-") {
+            if bytes[10..12] != 2u16.to_le_bytes() {
+                return Err(format!("{name}: WAL minor {:?}", &bytes[10..12]));
+            }
+            wal_marks += bytes.windows(4).filter(|w| w == b"SYNC").count();
+        } else if name.starts_with("MANIFEST-") {
+            if bytes[10..12] != 1u16.to_le_bytes() {
+                return Err(format!("{name}: manifest minor {:?}", &bytes[10..12]));
+            }
+            let mut off = 32;
+            while off + 8 <= bytes.len() {
+                let len = u32::from_le_bytes(bytes[off + 4..off + 8].try_into().expect("4"));
+                off += 8 + len as usize;
+                manifest_records += 1;
+            }
+        }
+    }
+    if wal_marks == 0 || manifest_records <= woods::manifest::SNAPSHOT_EVERY {
+        return Err(format!(
+            "{wal_marks} sync marks, {manifest_records} manifest records"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn v2_1_fixtures_open_with_their_contents() {
+    for kind in common::kinds() {
+        let dir = version_dir(VERSION_2_1, kind.name());
+        if let Err(e) = has_the_minor_versions(&dir) {
+            panic!("{}: the v2.1 fixture is not one: {e}", kind.name());
+        }
+        opens_with_its_contents(&kind, &dir);
+    }
+}
+
+fn opens_with_its_contents(kind: &woods::IndexKind, dir: &Path) {
+    {
+        let kind = kind.clone();
         let tmp = tempfile::tempdir().expect("tempdir");
-        copy_dir(&fixture_dir(kind.name()), tmp.path());
+        copy_dir(dir, tmp.path());
         let db = Db::open(
             tmp.path(),
             Options {

@@ -3,13 +3,19 @@
 //! file's own, so that the thread running an index job computes while the device works.
 //!
 //! A request returns a [`Pending`] that yields the request's result and gives its buffer back.
-//! The threads start with the first request; they end when the page file is dropped (its
-//! sender goes, and each thread finishes the requests already queued). Where a thread cannot be
+//! The threads start with the first request; they end when the page file is dropped: its sender
+//! goes, each thread finishes the requests already queued, and the drop joins them, so that a
+//! closed or dropped database leaves no thread behind (LeakSanitizer saw the per-thread state of
+//! threads still exiting after the process's last `Db` was gone). A drop that happens on one of
+//! the queue's own threads (the last reference to the page file released by a job) joins the
+//! others and leaves that one detached: it cannot wait for itself, and it exits by itself as soon
+//! as the job it is running returns, finding the queue's sender gone. Where a thread cannot be
 //! started, requests run on the caller's thread, as they did before this module.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 
@@ -34,7 +40,8 @@ enum QueueState {
     /// No request yet.
     #[default]
     Idle,
-    Running(mpsc::Sender<Job>),
+    /// The sender of the queue, and the threads taking from it (joined when the queue drops).
+    Running(mpsc::Sender<Job>, Vec<JoinHandle<()>>),
     /// A thread could not be started: requests run on the caller's thread.
     Inline,
 }
@@ -79,7 +86,7 @@ impl IoQueue {
         if matches!(*st, QueueState::Idle) {
             *st = start_threads();
         }
-        let QueueState::Running(tx) = &*st else {
+        let QueueState::Running(tx, _) = &*st else {
             drop(st);
             return Pending(PendingState::Ready(job()));
         };
@@ -96,6 +103,7 @@ impl IoQueue {
             Ok(()) => Pending(PendingState::Waiting(done_rx)),
             // Every thread has died (each of them panicked): run it here.
             Err(mpsc::SendError(job)) => {
+                // Their handles go with the old state: each thread has already ended.
                 *st = QueueState::Inline;
                 drop(st);
                 job();
@@ -105,10 +113,30 @@ impl IoQueue {
     }
 }
 
+impl Drop for IoQueue {
+    fn drop(&mut self) {
+        let QueueState::Running(tx, threads) = std::mem::take(&mut *self.state.lock()) else {
+            return;
+        };
+        // Without a sender each thread ends once the requests already queued are done.
+        drop(tx);
+        let me = std::thread::current().id();
+        for t in threads {
+            if t.thread().id() == me {
+                // Dropped by a job of this very thread: dropping the handle detaches it, and it
+                // returns when the job does.
+                continue;
+            }
+            // A thread that panicked has ended all the same; its panic was its waiter's error.
+            let _ = t.join();
+        }
+    }
+}
+
 fn start_threads() -> QueueState {
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Arc::new(std::sync::Mutex::new(rx));
-    let mut started = 0;
+    let mut threads = Vec::with_capacity(IO_THREADS);
     for _ in 0..IO_THREADS {
         let rx = rx.clone();
         let spawned = std::thread::Builder::new()
@@ -125,14 +153,14 @@ fn start_threads() -> QueueState {
                     Err(_) => return,
                 }
             });
-        if spawned.is_ok() {
-            started += 1;
+        if let Ok(t) = spawned {
+            threads.push(t);
         }
     }
-    if started == 0 {
+    if threads.is_empty() {
         QueueState::Inline
     } else {
-        QueueState::Running(tx)
+        QueueState::Running(tx, threads)
     }
 }
 
@@ -161,6 +189,79 @@ mod tests {
                 i + 1
             );
         }
+    }
+
+    /// Sends on its channel when the thread it was set on ends (its thread-local destructor
+    /// runs as the thread exits, before a join of it returns).
+    struct OnExit(mpsc::Sender<std::thread::ThreadId>);
+
+    impl Drop for OnExit {
+        fn drop(&mut self) {
+            let _ = self.0.send(std::thread::current().id());
+        }
+    }
+
+    thread_local! {
+        static ON_EXIT: std::cell::RefCell<Option<OnExit>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// Runs one request on each of `q`'s threads (each waits for the others, so no thread takes
+    /// two), which arranges for `exits` to hear of the thread's end.
+    fn watch_every_thread(q: &IoQueue, exits: &mpsc::Sender<std::thread::ThreadId>) {
+        let all = Arc::new(std::sync::Barrier::new(IO_THREADS));
+        let pending: Vec<Pending<()>> = (0..IO_THREADS)
+            .map(|_| {
+                let (all, exits) = (all.clone(), exits.clone());
+                q.submit(move || {
+                    ON_EXIT.with(|g| *g.borrow_mut() = Some(OnExit(exits)));
+                    all.wait();
+                })
+            })
+            .collect();
+        for p in pending {
+            p.wait().expect("watching request");
+        }
+    }
+
+    /// Before the handles were kept, the threads were left to exit on their own after the
+    /// drop, and this found them still running.
+    #[test]
+    fn dropping_the_queue_joins_its_threads() {
+        let (exits, exited) = mpsc::channel();
+        let q = IoQueue::default();
+        watch_every_thread(&q, &exits);
+        drop(q);
+        let gone: Vec<_> = exited.try_iter().collect();
+        assert_eq!(
+            gone.len(),
+            IO_THREADS,
+            "threads ended when the drop returned"
+        );
+    }
+
+    /// The last reference to the queue released by one of its own requests: the drop joins the
+    /// other threads, detaches its own, and that one ends once the request returns.
+    #[test]
+    fn a_queue_dropped_on_its_own_thread_neither_hangs_nor_stays() {
+        let (exits, exited) = mpsc::channel();
+        let q = Arc::new(IoQueue::default());
+        watch_every_thread(&q, &exits);
+        let last = q.clone();
+        let dropped_on = q.submit(move || {
+            drop(last);
+            std::thread::current().id()
+        });
+        drop(q);
+        let dropped_on = dropped_on.wait().expect("the dropping request's result");
+        let mut gone = Vec::new();
+        for _ in 0..IO_THREADS {
+            // A bound on a hang, not a wait for an event: each exit arrives in microseconds.
+            let id = exited
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("every thread ends");
+            gone.push(id);
+        }
+        assert!(gone.contains(&dropped_on), "{gone:?} {dropped_on:?}");
     }
 
     #[test]

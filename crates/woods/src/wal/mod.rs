@@ -44,14 +44,42 @@ pub const WAL_MAGIC: [u8; 8] = *b"WOODSWAL";
 pub const WAL_FORMAT_MAJOR: u16 = 1;
 /// Format minor version this build writes (readers accept any minor of their major). Minor 1
 /// puts the boot tag of the machine that created the file in the header's last four bytes
-/// (minor 0 left them zero: "unknown").
-pub const WAL_FORMAT_MINOR: u16 = 1;
+/// (minor 0 left them zero: "unknown"); minor 2 appends a sync mark after each fsync of the live
+/// file ([`sync_mark`]), which older readers skip as an empty batch of sequence number 0.
+pub const WAL_FORMAT_MINOR: u16 = 2;
 /// Size of the file header: magic (8), major (2), minor (2), boot tag (4).
 pub const WAL_HEADER_LEN: usize = 16;
 /// Size of a record's frame header: checksum (4) and payload length (4).
 pub const RECORD_HEADER_LEN: usize = 8;
 /// Longest payload a WAL record may carry; a longer length field on disk marks a torn record.
 pub const MAX_WAL_RECORD: u32 = 64 << 20;
+
+/// The first bytes of a sync mark's payload: where a batch has its first sequence number (never
+/// 0) and its operation count, zeros, so that a reader that knows no marks decodes an empty
+/// batch at or below any durable sequence number and skips it; then the tag `SYNC`.
+const SYNC_MARK_PREFIX: [u8; 16] = *b"\0\0\0\0\0\0\0\0\0\0\0\0SYNC";
+/// Length of a sync mark's payload: the prefix and the synced length (u64).
+const SYNC_MARK_LEN: usize = SYNC_MARK_PREFIX.len() + 8;
+
+/// The payload of a sync mark: the live file's bytes before `synced` were made durable by an
+/// fsync that finished before the mark was written. A valid mark therefore proves that a bad
+/// record starting below `synced` is damage, not what a power cut leaves of an unsynced tail.
+pub(crate) fn sync_mark(synced: u64) -> [u8; SYNC_MARK_LEN] {
+    let mut m = [0u8; SYNC_MARK_LEN];
+    m[..SYNC_MARK_PREFIX.len()].copy_from_slice(&SYNC_MARK_PREFIX);
+    m[SYNC_MARK_PREFIX.len()..].copy_from_slice(&synced.to_le_bytes());
+    m
+}
+
+/// The synced length a sync mark's payload states (`None`: the payload is no mark).
+pub(crate) fn parse_sync_mark(payload: &[u8]) -> Option<u64> {
+    if payload.len() != SYNC_MARK_LEN || payload[..SYNC_MARK_PREFIX.len()] != SYNC_MARK_PREFIX {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&payload[SYNC_MARK_PREFIX.len()..]);
+    Some(u64::from_le_bytes(b))
+}
 
 /// The file name of WAL file `number`.
 pub fn wal_file_name(number: u64) -> String {
@@ -299,10 +327,15 @@ impl WalWriter {
         let mut cur = self.current.lock();
         // Checked again under the mutex: a record must never follow a failed one.
         self.check_poisoned()?;
+        self.store(&mut cur, &frame)
+    }
+
+    /// Stores a framed record at the end of the live file (under the append mutex).
+    fn store(&self, cur: &mut Current, frame: &[u8]) -> Result<u64> {
         let off = cur.file_off;
-        let stored = cur.map.as_mut().is_some_and(|m| m.write_at(&frame, off));
+        let stored = cur.map.as_mut().is_some_and(|m| m.write_at(frame, off));
         if !stored {
-            if let Err(e) = cur.file.write_all_at(&frame, off) {
+            if let Err(e) = cur.file.write_all_at(frame, off) {
                 return Err(self.poison(e));
             }
         }
@@ -312,6 +345,21 @@ impl WalWriter {
         cur.file_off += frame.len() as u64;
         cur.pos += frame.len() as u64;
         Ok(cur.pos)
+    }
+
+    /// Appends a sync mark ([`sync_mark`]) saying that the live file's bytes before `synced`
+    /// are durable, if file `number` is still the live one and the mark says more than the
+    /// header. A failed store poisons the writer like any failed append.
+    fn mark_synced(&self, number: u64, synced: u64) -> Result<()> {
+        if synced <= WAL_HEADER_LEN as u64 {
+            return Ok(());
+        }
+        let mut cur = self.current.lock();
+        if cur.number != number || self.poisoned() {
+            return Ok(());
+        }
+        self.store(&mut cur, &frame_record(&sync_mark(synced)))
+            .map(|_| ())
     }
 
     /// Makes every record up to log position `pos` durable (group commit).
@@ -341,9 +389,15 @@ impl WalWriter {
         drop(syncing);
         // Which files, and how far, this sync covers: what was appended before it starts. Older
         // files a rotation left unsynced go first, so a durable record never follows a lost one.
-        let (older, file, upto) = {
+        let (older, file, upto, number, file_off) = {
             let cur = self.current.lock();
-            (cur.unsynced.clone(), cur.file.clone(), cur.pos)
+            (
+                cur.unsynced.clone(),
+                cur.file.clone(),
+                cur.pos,
+                cur.number,
+                cur.file_off,
+            )
         };
         let mut result = Ok(());
         crate::crashpoint::point("wal.sync.before");
@@ -363,6 +417,10 @@ impl WalWriter {
                 .lock()
                 .unsynced
                 .retain(|(n, _)| !older.iter().any(|(m, _)| m == n));
+            // What this fsync covered, recorded in the log: the next sync makes the mark
+            // durable. The records are synced whatever happens to the mark; a failed mark
+            // poisons the writer for the calls after this one.
+            let _ = self.mark_synced(number, file_off);
         }
         *self.sync_state.lock() = false;
         self.sync_done.notify_all();
@@ -532,6 +590,9 @@ pub struct TornAt {
     /// The file was created in this boot of the machine ([`Fs::boot_tag`]): no power cut can
     /// have torn it since, so valid records after its tear mean damage, not a torn tail.
     pub this_boot: bool,
+    /// A valid sync mark after the bad bytes says the file was synced past them ([`sync_mark`]):
+    /// they were durable before the mark was written, so no power cut tore them, in any boot.
+    pub synced: bool,
 }
 
 /// What [`replay`] recovered.
@@ -568,20 +629,27 @@ impl Replay {
 }
 
 /// The valid records that start at or after byte `from` of `buf`, resynchronising at every
-/// offset (the bad record's own length field may be what is damaged), up to a zeroed tail.
-fn valid_records_after(buf: &[u8], from: usize) -> Vec<Vec<u8>> {
+/// offset (the bad record's own length field may be what is damaged), up to a zeroed tail, and
+/// the greatest synced length a sync mark among them states (0: none).
+fn valid_records_after(buf: &[u8], from: usize) -> (Vec<Vec<u8>>, u64) {
     let mut found = Vec::new();
+    let mut synced = 0;
     let mut off = from;
     while off + RECORD_HEADER_LEN <= buf.len() && !zero_tail(buf, off) {
         match next_record(buf, off, MAX_WAL_RECORD) {
             NextRecord::Record(payload, next) => {
-                found.push(payload.to_vec());
+                match parse_sync_mark(payload) {
+                    // A mark can only state what was written before it.
+                    Some(s) if s <= off as u64 => synced = synced.max(s),
+                    Some(_) => {}
+                    None => found.push(payload.to_vec()),
+                }
                 off = next;
             }
             _ => off += 1,
         }
     }
-    found
+    (found, synced)
 }
 
 /// Reads every WAL file of `dir` in number order and returns each file's valid prefix of
@@ -617,13 +685,15 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
         let tag = buf
             .get(12..16)
             .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        let torn = |offset: usize, reason: &str, followed_by: Vec<Vec<u8>>| TornAt {
-            file: number,
-            offset: offset as u64,
-            reason: reason.into(),
-            followed_by,
-            this_boot: tag != 0 && tag == boot,
-        };
+        let torn =
+            |offset: usize, reason: &str, (followed_by, synced): (Vec<Vec<u8>>, u64)| TornAt {
+                file: number,
+                offset: offset as u64,
+                reason: reason.into(),
+                followed_by,
+                this_boot: tag != 0 && tag == boot,
+                synced: synced > offset as u64,
+            };
         if buf.len() < WAL_HEADER_LEN || buf[..8] != WAL_MAGIC {
             out.torn = true;
             // A file whose header a crash tore holds no record; one whose header was damaged
@@ -648,8 +718,10 @@ pub fn replay(fs: &dyn Fs, dir: &Path, counters: &IoCounters) -> Result<Replay> 
             }
             match next_record(&buf, off, MAX_WAL_RECORD) {
                 NextRecord::Record(payload, next) => {
-                    out.records.push(payload.to_vec());
-                    out.record_files.push(number);
+                    if parse_sync_mark(payload).is_none() {
+                        out.records.push(payload.to_vec());
+                        out.record_files.push(number);
+                    }
                     off = next;
                 }
                 NextRecord::End => break,

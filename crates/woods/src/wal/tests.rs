@@ -704,3 +704,57 @@ fn prepared_file_is_the_next_rotation() {
     let r = replay(&fs, &dir(), &counters).unwrap();
     assert_eq!(r.records, vec![payload(0), payload(1)]);
 }
+
+/// Each fsync of the live file is followed by a sync mark: replay leaves marks out of the
+/// records, and a tear that a valid mark after it says was synced is known as damage (no power
+/// cut tears synced bytes), while one after the last mark is not.
+#[test]
+fn wal_sync_marks_tell_synced_damage_from_an_unsynced_tear() {
+    let (fs, counters) = setup();
+    let w = writer(&fs, 1, &counters);
+    let path = wal_file_path(&dir(), 1);
+    let mut starts = Vec::new();
+    for i in 0..6 {
+        starts.push(fs.file_len(&path).unwrap());
+        let pos = w.append(&payload(i)).unwrap();
+        if i == 2 {
+            w.sync_to(pos).unwrap();
+        }
+    }
+    drop(w);
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.records, (0..6).map(payload).collect::<Vec<_>>());
+    assert!(!r.torn);
+    // Record 1, before the mark: damage in the synced part.
+    assert!(fs.flip_byte(&path, starts[1] + 9));
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.tears.len(), 1);
+    assert_eq!(r.tears[0].offset, starts[1]);
+    assert!(r.tears[0].synced, "{:?}", r.tears[0]);
+    assert_eq!(
+        r.tears[0].followed_by,
+        vec![payload(2), payload(3), payload(4), payload(5)]
+    );
+    assert!(fs.flip_byte(&path, starts[1] + 9));
+    // Record 4, after the only mark: no sync covered it.
+    assert!(fs.flip_byte(&path, starts[4] + 9));
+    let r = replay(&fs, &dir(), &counters).unwrap();
+    assert_eq!(r.tears.len(), 1);
+    assert!(!r.tears[0].synced, "{:?}", r.tears[0]);
+    assert_eq!(r.tears[0].followed_by, vec![payload(5)]);
+}
+
+/// A reader that knows no sync marks (WAL minor 0 or 1) decodes one as an empty batch with
+/// sequence number 0, which every open skips as already in the index.
+#[test]
+fn a_sync_mark_is_an_empty_batch_of_sequence_number_zero_to_older_readers() {
+    let mark = sync_mark(4096);
+    let b = crate::batch::decode(&mark).unwrap();
+    assert_eq!(b.first_seq, 0);
+    assert!(b.ops.is_empty());
+    assert_eq!(parse_sync_mark(&mark), Some(4096));
+    // A real batch is never a mark: its first sequence number is at least 1.
+    let mut batch = crate::WriteBatch::new();
+    batch.put(b"SYNC", [0u8; 4]);
+    assert_eq!(parse_sync_mark(&batch.encode(1)), None);
+}
