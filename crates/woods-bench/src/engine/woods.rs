@@ -135,6 +135,8 @@ impl Engine for WoodsEngine {
                     });
                 c.insert("io_index_write_bytes".into(), b);
                 c.insert("io_index_writes".into(), n);
+                // The Db's waits by cause (rotation, pacing wait, pacing step).
+                c.extend(st.waits.into_iter().map(|(k, v)| (format!("db_{k}"), v)));
                 c
             },
         }

@@ -91,6 +91,10 @@ struct Counters {
     /// Commits the committer thread made, and the longest (data sync and manifest commit).
     commits: AtomicU64,
     commit_max_micros: AtomicU64,
+    /// The longest a `work` call waited for the cascade's lock (a step in another thread),
+    /// and the longest call that found no cascade and only asked for a commit.
+    job_lock_wait_max_micros: AtomicU64,
+    idle_call_max_micros: AtomicU64,
 }
 
 /// The last committed version and the extents its levels reach.
@@ -517,25 +521,22 @@ impl Index for FdTree {
 
     fn work(&self, budget: u64) -> Result<u64> {
         self.committer.error()?;
+        let locking = std::time::Instant::now();
         let mut slot = self.job.lock();
+        let c = &self.counters;
+        c.job_lock_wait_max_micros
+            .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
         if slot.is_none() && self.queued.lock().is_none() {
             drop(slot);
-            if !self.dirty() && !self.committer.busy() {
-                return Ok(0);
-            }
-            // Nothing to do but make the tree durable (the committer does the I/O). The Db
-            // calls `work` with no debt only from a background thread, a flush or a close,
-            // which call again until it is done.
-            self.committer.request();
-            self.committer
-                .wait_for(std::time::Duration::from_millis(1))?;
-            return Ok(1);
+            let r = self.idle_work();
+            c.idle_call_max_micros
+                .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
+            return r;
         }
         let started = std::time::Instant::now();
         let wrote = self.merge_written();
         let r = self.run_job(&mut slot, budget);
         let micros = started.elapsed().as_micros() as u64;
-        let c = &self.counters;
         c.merge_micros.fetch_add(micros, Ordering::Relaxed);
         if r.is_err() {
             if let Some(job) = slot.take() {
@@ -615,6 +616,8 @@ impl Index for FdTree {
             ("merge_micros", &c.merge_micros),
             ("commits", &c.commits),
             ("commit_max_micros", &c.commit_max_micros),
+            ("job_lock_wait_max_micros", &c.job_lock_wait_max_micros),
+            ("idle_call_max_micros", &c.idle_call_max_micros),
         ]);
         for (i, n) in c.ended_at.lock().iter().enumerate() {
             s.counters
@@ -673,6 +676,19 @@ impl Index for FdTree {
 }
 
 impl Tree {
+    /// A `work` call that found no cascade: nothing to do but make the tree durable (the
+    /// committer does the I/O). The Db calls `work` with no debt only from a background
+    /// thread, a flush or a close, which call again until it is done.
+    fn idle_work(&self) -> Result<u64> {
+        if !self.dirty() && !self.committer.busy() {
+            return Ok(0);
+        }
+        self.committer.request();
+        self.committer
+            .wait_for(std::time::Duration::from_millis(1))?;
+        Ok(1)
+    }
+
     fn kind_name(&self) -> &'static str {
         if self.params.deamortized {
             "fdtree-d"

@@ -292,6 +292,8 @@ pub(super) struct Job {
     pub(super) built: Built,
     /// Bytes of the runs written.
     bytes: u64,
+    /// Work units done so far (what `advance` returned).
+    pub(super) units: u64,
 }
 
 impl IamTree {
@@ -348,6 +350,7 @@ impl IamTree {
             outs: Vec::new(),
             built: Built::default(),
             bytes: 0,
+            units: 0,
         }))
     }
 
@@ -378,6 +381,7 @@ impl IamTree {
             outs: Vec::new(),
             built: Built::default(),
             bytes: 0,
+            units: 0,
         }))
     }
 
@@ -422,6 +426,7 @@ impl IamTree {
             outs: Vec::new(),
             built: Built::default(),
             bytes: 0,
+            units: 0,
         })
     }
 
@@ -652,6 +657,7 @@ impl IamTree {
                         "iam: flush stream left entries no child took".into(),
                     ));
                 }
+                job.units = job.units.saturating_add(spent.max(1));
                 return Ok((spent.max(1), true));
             };
             let mut task = match front {
@@ -695,6 +701,7 @@ impl IamTree {
             let nodes = self.task_nodes(job.level, *task, &mut job.bytes)?;
             job.outs.extend(nodes);
         }
+        job.units = job.units.saturating_add(spent);
         Ok((spent, false))
     }
 
@@ -721,7 +728,13 @@ impl IamTree {
             Parent::Mem(mem) => Some(mem.max_seq()),
             _ => None,
         };
-        self.publish(&job.base, next, durable, &job.built);
+        let cause = match &job.parent {
+            Parent::Mem(_) => super::Cause::Mem,
+            Parent::Node { combine: true, .. } => super::Cause::Combine,
+            Parent::Node { .. } => super::Cause::Flush,
+            Parent::Split => super::Cause::Split,
+        };
+        self.publish(&job.base, next, durable, &job.built, cause);
         match &job.parent {
             Parent::Mem(mem) => {
                 let mut q = self.queue.lock();

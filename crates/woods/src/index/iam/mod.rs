@@ -84,6 +84,32 @@ struct Counters {
     /// Commits the committer thread made, and the longest (data sync and manifest commit).
     commits: AtomicU64,
     commit_max_micros: AtomicU64,
+    /// Times the debt of full internal nodes rose at a publication, by the step that
+    /// published ([`RISE_CAUSES`]), and the largest rise: work that appeared after the
+    /// memtable's pacing schedule started.
+    debt_rises: [AtomicU64; 6],
+    debt_rise_max: AtomicU64,
+    /// The most work units a job did beyond the input bytes its debt counted (what `debt`
+    /// did not show while the job ran: merged children, run finishing).
+    job_units_beyond_input_max: AtomicU64,
+    /// The longest a `work` call waited for the job's lock (a step in another thread), and
+    /// the longest call that found nothing to do but ask for a commit.
+    job_lock_wait_max_micros: AtomicU64,
+    idle_call_max_micros: AtomicU64,
+}
+
+/// The steps whose publication may raise the debt, as [`Counters::debt_rises`] names them.
+const RISE_CAUSES: [&str; 6] = ["mem", "flush", "split", "combine", "move", "grow"];
+
+/// What published a version, for [`Counters::debt_rises`].
+#[derive(Clone, Copy)]
+enum Cause {
+    Mem = 0,
+    Flush = 1,
+    Split = 2,
+    Combine = 3,
+    Move = 4,
+    Grow = 5,
 }
 
 /// One step of work (§3.2), chosen from a version.
@@ -445,7 +471,11 @@ impl IamTree {
     /// none is (one at a time); returns the bytes done, 0 when idle. A step that writes
     /// nothing (a move, an empty combine, a level's growth) is done at once.
     fn step(&self, budget: u64) -> Result<u64> {
+        let locking = std::time::Instant::now();
         let mut slot = self.job.lock();
+        self.counters
+            .job_lock_wait_max_micros
+            .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
         if slot.is_none() {
             let v = self.version();
             self.update_mk(&v);
@@ -455,7 +485,7 @@ impl IamTree {
                 Step::Grow => {
                     let mut next = (*v).clone();
                     next.levels.push(Vec::new());
-                    self.publish(&v, next, None, &Built::default());
+                    self.publish(&v, next, None, &Built::default(), Cause::Grow);
                     self.counters.grows.fetch_add(1, Ordering::Relaxed);
                     return Ok(1);
                 }
@@ -483,6 +513,10 @@ impl IamTree {
             }
             match slot.take() {
                 Some(job) => {
+                    let input = self.job_read.load(Ordering::Relaxed);
+                    self.counters
+                        .job_units_beyond_input_max
+                        .fetch_max(job.units.saturating_sub(input), Ordering::Relaxed);
                     let built = job.built.clone();
                     self.finish_job(job).inspect_err(|_| built.abandon())
                 }
@@ -578,7 +612,8 @@ impl IamTree {
         } else {
             next.levels[d][i] = Arc::new(Node::empty(self.new_id(), p.lo.clone(), p.hi.clone()));
         }
-        self.publish(v, next, None, &Built::default());
+        let cause = if combine { Cause::Combine } else { Cause::Move };
+        self.publish(v, next, None, &Built::default(), cause);
         if combine {
             self.counters.combines.fetch_add(1, Ordering::Relaxed);
         }
@@ -589,7 +624,14 @@ impl IamTree {
     /// every write up to there) and asks the committer thread to make it durable. Files and
     /// sequences `old` names and `next` does not are marked obsolete, released once no version
     /// holds them: the last committed version holds those a durable manifest still names.
-    fn publish(&self, old: &Version, next: Version, durable_seq: Option<u64>, built: &Built) {
+    fn publish(
+        &self,
+        old: &Version,
+        next: Version,
+        durable_seq: Option<u64>,
+        built: &Built,
+        cause: Cause,
+    ) {
         let (old_files, old_seqs) = gather(old);
         let (new_files, new_seqs) = gather(&next);
         let gone_files: Vec<&Arc<NodeFile>> = old_files
@@ -618,8 +660,13 @@ impl IamTree {
                 .collect(),
         };
         unused.abandon();
-        self.full_debt
-            .store(self.pending_bytes(&next), Ordering::Relaxed);
+        let full = self.pending_bytes(&next);
+        let before = self.full_debt.swap(full, Ordering::Relaxed);
+        if full > before {
+            let c = &self.counters;
+            c.debt_rises[cause as usize].fetch_add(1, Ordering::Relaxed);
+            c.debt_rise_max.fetch_max(full - before, Ordering::Relaxed);
+        }
         {
             let mut cur = self.current.write();
             *cur = Arc::new(next);
@@ -846,14 +893,22 @@ impl Index for Iam {
             }
             done += n;
         }
-        if done == 0 && (self.dirty() || self.committer.busy()) {
-            // Nothing to do but make the tree durable (the committer does the I/O). The Db
-            // calls `work` without debt only from a background thread, a flush or a close,
-            // which call again until it is done.
-            self.committer.request();
-            self.committer
-                .wait_for(std::time::Duration::from_millis(1))?;
-            return Ok(1);
+        if done == 0 {
+            let t = std::time::Instant::now();
+            if self.dirty() || self.committer.busy() {
+                // Nothing to do but make the tree durable (the committer does the I/O). The Db
+                // calls `work` without debt only from a background thread, a flush or a close,
+                // which call again until it is done.
+                self.committer.request();
+                let r = self
+                    .committer
+                    .wait_for(std::time::Duration::from_millis(1));
+                self.counters
+                    .idle_call_max_micros
+                    .fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                r?;
+                return Ok(1);
+            }
         }
         Ok(done)
     }
@@ -920,7 +975,15 @@ impl Index for Iam {
             ("grows", &c.grows),
             ("commits", &c.commits),
             ("commit_max_micros", &c.commit_max_micros),
+            ("debt_rise_max", &c.debt_rise_max),
+            ("job_units_beyond_input_max", &c.job_units_beyond_input_max),
+            ("job_lock_wait_max_micros", &c.job_lock_wait_max_micros),
+            ("idle_call_max_micros", &c.idle_call_max_micros),
         ]);
+        for (name, n) in RISE_CAUSES.iter().zip(&c.debt_rises) {
+            s.counters
+                .insert(format!("debt_rises_{name}"), n.load(Ordering::Relaxed));
+        }
         let (m, k) = self.mk();
         let n = v.levels.len();
         if self.mode == Mode::Iam {
