@@ -1,8 +1,8 @@
 //! The database: sequence numbers, snapshots, the write path (WAL, memtable, pacing), the read
 //! path (memtables then index, merged by sequence number) and the background workers.
 
-use std::collections::BTreeMap;
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -46,7 +46,7 @@ mod tests;
 
 use std::collections::HashSet;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -122,6 +122,9 @@ pub struct Tree {
     /// The last committed version: it keeps every extent it reaches allocated, and through its
     /// epoch every extent retired since, until a newer commit is durable.
     committed: Mutex<Committed>,
+    /// The address of `committed`'s version (alive while it is the committed one), so that
+    /// [`Tree::dirty`] never waits for the lock the committer holds through a whole commit.
+    committed_at: AtomicUsize,
     committer: Committer,
     counters: Counters,
 }
@@ -176,6 +179,7 @@ impl FdTree {
             job: Mutex::new(None),
             debt: AtomicU64::new(0),
             durable: AtomicU64::new(durable_seq),
+            committed_at: AtomicUsize::new(Arc::as_ptr(&version) as usize),
             committed: Mutex::new(Committed {
                 extents: extents_of(&version.levels),
                 version,
@@ -386,6 +390,8 @@ impl Tree {
             freed,
         })?;
         self.durable.store(v.seq, Ordering::Release);
+        self.committed_at
+            .store(Arc::as_ptr(&v) as usize, Ordering::Release);
         *c = Committed {
             version: v,
             extents: now,
@@ -398,10 +404,13 @@ impl Tree {
         Ok(true)
     }
 
-    /// Whether the published version is not the committed one.
+    /// Whether the published version is not the committed one. Takes no lock the committer
+    /// holds: a writer whose paced `work` call found the cascade just finished waited here
+    /// for a whole commit (a data-file sync and a manifest commit, up to 322 ms in
+    /// `docs/results/stalls/`), the longest waits `fdtree-d` had.
     fn dirty(&self) -> bool {
         let published = self.version();
-        !Arc::ptr_eq(&published, &self.committed.lock().version)
+        Arc::as_ptr(&published) as usize != self.committed_at.load(Ordering::Acquire)
     }
 
     /// Appends the versions of `key` visible at `seq` found in level `i` of `v`, reading the

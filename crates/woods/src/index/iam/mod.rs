@@ -32,7 +32,7 @@ mod tests;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -136,6 +136,9 @@ pub struct IamTree {
     published_seq: AtomicU64,
     /// The last committed version: it keeps every file and sequence it names allocated.
     committed: Mutex<Arc<Version>>,
+    /// The address of `committed` (alive while it is the committed version), so that
+    /// [`IamTree::dirty`] never waits for the lock the committer holds through a commit.
+    committed_at: AtomicUsize,
     committer: Committer,
     /// Frozen memtables waiting to be flushed into L1, oldest first, with their key ranges.
     queue: Mutex<VecDeque<Queued>>,
@@ -226,6 +229,7 @@ impl Iam {
             current: RwLock::new(version.clone()),
             published_seq: AtomicU64::new(durable_seq),
             committed: Mutex::new(version.clone()),
+            committed_at: AtomicUsize::new(Arc::as_ptr(&version) as usize),
             committer: Committer::default(),
             queue: Mutex::new(VecDeque::new()),
             job: Mutex::new(None),
@@ -734,6 +738,8 @@ impl IamTree {
             freed,
         })?;
         self.durable.store(seq, Ordering::Release);
+        self.committed_at
+            .store(Arc::as_ptr(&v) as usize, Ordering::Release);
         *c = v;
         let us = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -744,9 +750,11 @@ impl IamTree {
     }
 
     /// Whether the published version is not the committed one.
+    /// Takes no lock the committer holds: a `work` call that found nothing to do waited
+    /// here for a whole commit (up to 197 ms in `docs/results/stalls/`).
     fn dirty(&self) -> bool {
         let published = self.version();
-        !Arc::ptr_eq(&published, &self.committed.lock())
+        Arc::as_ptr(&published) as usize != self.committed_at.load(Ordering::Acquire)
     }
 
     /// Verifies one node: its sequences' runs, ranges and per-key order (newest sequence
@@ -900,9 +908,7 @@ impl Index for Iam {
                 // calls `work` without debt only from a background thread, a flush or a close,
                 // which call again until it is done.
                 self.committer.request();
-                let r = self
-                    .committer
-                    .wait_for(std::time::Duration::from_millis(1));
+                let r = self.committer.wait_for(std::time::Duration::from_millis(1));
                 self.counters
                     .idle_call_max_micros
                     .fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
