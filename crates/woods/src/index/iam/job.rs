@@ -316,7 +316,7 @@ impl IamTree {
     /// The flush of the oldest queued memtable into L1 (the flush of `L_0`, §3.4); `None`
     /// when the queue is empty.
     pub(super) fn plan_mem(&self, v: &Arc<Version>) -> Result<Option<Job>> {
-        let Some((mem, lo, hi)) = self.queue.lock().front().cloned() else {
+        let Some((mem, lo, hi, _)) = self.queue.lock().front().cloned() else {
             return Ok(None);
         };
         let stream = Compactor::new(
@@ -658,6 +658,7 @@ impl IamTree {
                     ));
                 }
                 job.units = job.units.saturating_add(spent.max(1));
+                self.job_units.store(job.units, Ordering::Relaxed);
                 return Ok((spent.max(1), true));
             };
             let mut task = match front {
@@ -702,6 +703,7 @@ impl IamTree {
             job.outs.extend(nodes);
         }
         job.units = job.units.saturating_add(spent);
+        self.job_units.store(job.units, Ordering::Relaxed);
         Ok((spent, false))
     }
 
@@ -738,7 +740,7 @@ impl IamTree {
         match &job.parent {
             Parent::Mem(mem) => {
                 let mut q = self.queue.lock();
-                if q.front().is_some_and(|(m, _, _)| Arc::ptr_eq(m, mem)) {
+                if q.front().is_some_and(|(m, _, _, _)| Arc::ptr_eq(m, mem)) {
                     q.pop_front();
                 }
                 self.counters

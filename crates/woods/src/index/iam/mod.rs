@@ -59,8 +59,9 @@ pub enum Mode {
     Iam,
 }
 
-/// A frozen memtable waiting for its flush, with its smallest and largest key.
-type Queued = (Arc<Memtable>, Vec<u8>, Vec<u8>);
+/// A frozen memtable waiting for its flush, with its smallest and largest key and the work
+/// its flush was estimated at when it was absorbed ([`IamTree::flush_estimate`]).
+type Queued = (Arc<Memtable>, Vec<u8>, Vec<u8>, u64);
 
 /// A node being written by [`Iam::write_nodes`]: its file, builder, first and last key, and
 /// user bytes so far.
@@ -146,15 +147,26 @@ pub struct IamTree {
     job: Mutex<Option<job::Job>>,
     /// Whether a step is in progress (read by `debt` without the job's lock).
     job_active: AtomicBool,
-    /// User bytes the step in progress has read of its input (subtracted from the debt).
+    /// User bytes the step in progress has read of its input.
     job_read: Arc<AtomicU64>,
+    /// The step in progress: its estimated work, the part of the queued and full-node
+    /// estimates that stands for it, and the work units it has done (read by `debt`).
+    job_est: AtomicU64,
+    job_counted: AtomicU64,
+    job_units: AtomicU64,
+    /// Work units done since open (what `work` returned), and where the debt fixed at the
+    /// last absorb runs out: `debt` never rises above `budget_end − units_done` while at most
+    /// one memtable is queued, so the pacing schedule that starts at an absorb covers every
+    /// unit the writers are asked for until the next one.
+    units_done: AtomicU64,
+    budget_end: AtomicU64,
     meta: Mutex<MetaState>,
     /// The (m, k) computed at the previous step: a new choice is adopted only when two
     /// consecutive evaluations agree (P11's hysteresis).
     pending_mk: Mutex<Option<(u32, u32)>>,
     durable: AtomicU64,
-    /// [`Iam::pending_bytes`] of the current version (computed when it is published, so that
-    /// `debt`, which writers call, does not walk the nodes).
+    /// [`IamTree::pending_bytes`] of the current version (computed when it is published, so
+    /// that `debt`, which writers call, does not walk the nodes).
     full_debt: AtomicU64,
     counters: Counters,
     /// Bytes written into each level since open (index 0: L1).
@@ -235,6 +247,11 @@ impl Iam {
             job: Mutex::new(None),
             job_active: AtomicBool::new(false),
             job_read: Arc::default(),
+            job_est: AtomicU64::new(0),
+            job_counted: AtomicU64::new(0),
+            job_units: AtomicU64::new(0),
+            units_done: AtomicU64::new(0),
+            budget_end: AtomicU64::new(0),
             meta: Mutex::new(state),
             pending_mk: Mutex::new(None),
             durable: AtomicU64::new(durable_seq),
@@ -383,7 +400,7 @@ impl IamTree {
             .queue
             .lock()
             .front()
-            .map(|(_, lo, hi)| (lo.clone(), hi.clone()));
+            .map(|(_, lo, hi, _)| (lo.clone(), hi.clone()));
         let n = v.levels.len();
         if n == 0 {
             return if mem.is_some() {
@@ -455,18 +472,96 @@ impl IamTree {
         policy::combine_candidate(&t_cn, &own, &bytes, self.params.fanout.max(2))
     }
 
-    /// Internal work units: queued memtables and full internal nodes, in bytes.
+    /// The estimated work of flushing every full internal node of `v`, in work units.
     fn pending_bytes(&self, v: &Version) -> u64 {
         let n = v.levels.len();
         let mut debt = 0u64;
-        for level in v.levels.iter().take(n.saturating_sub(1)) {
+        for (d, level) in v.levels.iter().enumerate().take(n.saturating_sub(1)) {
             for p in level {
-                if self.is_full(p) {
-                    debt += p.data_bytes();
-                }
+                debt += self.node_estimate(v, d, p);
             }
         }
         debt
+    }
+
+    /// The estimated work of flushing node `p` of level `d` when it is full (0 otherwise).
+    fn node_estimate(&self, v: &Version, d: usize, p: &Node) -> u64 {
+        if !self.is_full(p) {
+            return 0;
+        }
+        self.flush_estimate(v, d + 1, &p.lo, &p.hi, p.data_bytes())
+    }
+
+    /// The work units ([`job`]'s: entries moved into builders, by user bytes, and the steps
+    /// that finish runs) of a flush of `input` bytes within `[lo, hi]` into level `d` of
+    /// `v` (0-based; none: the input becomes new nodes): the input, the data of every child
+    /// that merges rather than appends (it passes through the builders again), and the
+    /// finishing of the outputs (filter keys at 8 units each, index pages, a page a node:
+    /// at most half of what passed for entries of 16 user bytes or more, plus four pages a
+    /// node). An upper bound for `debt`: before it, `debt` counted the input alone and showed
+    /// 1 for the rest (up to 8.3 MB of units at 500k records, `docs/results/stalls/`).
+    fn flush_estimate(&self, v: &Version, d: usize, lo: &[u8], hi: &[u8], input: u64) -> u64 {
+        let (m, k) = self.mk();
+        let mut merged = 0u64;
+        let mut outs = 1u64;
+        if let Some(level) = v.levels.get(d) {
+            let leaf = d + 1 == v.levels.len();
+            for c in &level[v.overlapping(d, lo, hi)] {
+                outs += 1;
+                let full_leaf = leaf && self.is_full(c);
+                if policy::action(d + 1, m, k, c.seqs.len(), full_leaf) != policy::Action::Append {
+                    merged += c.data_bytes();
+                }
+            }
+        }
+        let moved = input.saturating_add(merged);
+        outs += moved / self.leaf_target();
+        moved + moved / 2 + outs * 4 * PAGE_SIZE as u64
+    }
+
+    /// The work left, as the queue and the published version show it now: every queued
+    /// memtable's flush, every full internal node's flush, and the rest of the step in
+    /// progress (at least 1 while one is).
+    fn real_debt(&self, queue: &VecDeque<Queued>) -> u64 {
+        let q: u64 = queue.iter().map(|(_, _, _, e)| *e).sum();
+        let all = q + self.full_debt.load(Ordering::Relaxed);
+        if !self.job_active.load(Ordering::Acquire) {
+            return all;
+        }
+        let left = self
+            .job_est
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.job_units.load(Ordering::Relaxed))
+            .max(1);
+        all.saturating_sub(self.job_counted.load(Ordering::Relaxed)) + left
+    }
+
+    /// Sets the estimate of the step just planned from `v` (and what the debt counted for it
+    /// before).
+    fn start_job_estimate(&self, v: &Version, step: Step) {
+        let (est, counted) = match step {
+            Step::FlushMem => match self.queue.lock().front() {
+                Some((m, lo, hi, e)) => (self.flush_estimate(v, 0, lo, hi, m.bytes()), *e),
+                None => (0, 0),
+            },
+            Step::Flush { d, i } | Step::Combine { d, i } => {
+                let p = &v.levels[d][i];
+                let est = self.flush_estimate(v, d + 1, &p.lo, &p.hi, p.data_bytes());
+                (est, self.node_estimate(v, d, p))
+            }
+            Step::Split { d, i } => {
+                let p = &v.levels[d][i];
+                let b = p.data_bytes();
+                (
+                    b + b / 2 + 12 * PAGE_SIZE as u64,
+                    self.node_estimate(v, d, p),
+                )
+            }
+            Step::Idle | Step::Grow => (0, 0),
+        };
+        self.job_units.store(0, Ordering::Relaxed);
+        self.job_est.store(est, Ordering::Relaxed);
+        self.job_counted.store(counted, Ordering::Relaxed);
     }
 
     // ---- steps ----
@@ -505,6 +600,7 @@ impl IamTree {
                     _ => Ok(0),
                 };
             };
+            self.start_job_estimate(&v, step);
             self.job_active.store(true, Ordering::Release);
             *slot = Some(job);
         }
@@ -522,7 +618,9 @@ impl IamTree {
                         .job_units_beyond_input_max
                         .fetch_max(job.units.saturating_sub(input), Ordering::Relaxed);
                     let built = job.built.clone();
-                    self.finish_job(job).inspect_err(|_| built.abandon())
+                    self.finish_job(job)
+                        .inspect_err(|_| built.abandon())
+                        .map(|_| done)
                 }
                 None => Ok(done),
             }
@@ -861,23 +959,39 @@ impl Index for Iam {
         let mut it = mem.entries();
         let lo = it.next().map(|e| e.key.to_vec()).unwrap_or_default();
         let hi = it.last().map_or(lo.clone(), |e| e.key.to_vec());
-        self.queue.lock().push_back((mem, lo, hi));
+        let est = self.flush_estimate(&self.version(), 0, &lo, &hi, mem.bytes());
+        let mut q = self.queue.lock();
+        q.push_back((mem, lo, hi, est));
+        // The debt of the memtable that starts now: the work left, all of it known here.
+        let budget = self.real_debt(&q);
+        self.budget_end.store(
+            self.units_done
+                .load(Ordering::Relaxed)
+                .saturating_add(budget),
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 
-    /// Bytes of queued memtables plus the data of full internal nodes, which must be flushed
-    /// before the next memtable can find L1 ready, less what the step in progress has read of
-    /// its input (at least 1 while a step is in progress).
+    /// The work left ([`IamTree::real_debt`]: queued memtables' flushes, full internal nodes'
+    /// flushes, the rest of the step in progress, each estimated with the children it
+    /// merges), but never more than what is left of the debt fixed at the last absorb: work
+    /// that appears while a memtable fills (a node a flush made full) is paid from the next
+    /// memtable's debt, so the debt never rises above its schedule. Before, it rose 50 times
+    /// in a 500k-record load and writers found up to 679 KB of it at the rotation
+    /// (`docs/results/stalls/`). With two memtables queued (the work fell a memtable behind)
+    /// it is the whole work left, so that no third one is absorbed.
     fn debt(&self) -> u64 {
-        let q: u64 = self
-            .queue
-            .lock()
-            .iter()
-            .map(|(m, _, _)| m.bytes().max(1))
-            .sum();
-        let debt = (q + self.full_debt.load(Ordering::Relaxed))
-            .saturating_sub(self.job_read.load(Ordering::Relaxed));
-        debt.max(u64::from(self.job_active.load(Ordering::Acquire)))
+        let q = self.queue.lock();
+        let real = self.real_debt(&q);
+        if q.len() >= 2 {
+            return real;
+        }
+        let left = self
+            .budget_end
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.units_done.load(Ordering::Relaxed));
+        real.min(left)
     }
 
     fn background_work(&self) -> bool {
@@ -899,6 +1013,7 @@ impl Index for Iam {
             if n == 0 {
                 break;
             }
+            self.units_done.fetch_add(n, Ordering::Relaxed);
             done += n;
         }
         if done == 0 {
