@@ -2,6 +2,7 @@
 //! path (memtables then index, merged by sequence number) and the background workers.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,6 +60,47 @@ struct Counters {
     /// ([`MAX_PENDING_MEMTABLES`]).
     memtables_max: AtomicU64,
     pending_memtables_max: AtomicU64,
+    /// Where writes waited, by cause ([`Stats::waits`]).
+    waits: WaitCounters,
+}
+
+/// What a writer waited for, by cause: the rotation (a full memtable with debt left), the
+/// pacing wait for the background threads, or the pacing step a writer did itself; and how
+/// often the debt rose above its schedule's start within a memtable.
+#[derive(Default)]
+struct WaitCounters {
+    rotation_stalls: AtomicU64,
+    rotation_stall_max_ns: AtomicU64,
+    rotation_debt_max: AtomicU64,
+    rotation_work_max: AtomicU64,
+    pace_waits: AtomicU64,
+    pace_wait_max_ns: AtomicU64,
+    pace_works: AtomicU64,
+    pace_work_max_ns: AtomicU64,
+    pace_work_units_max: AtomicU64,
+    schedule_rises: AtomicU64,
+    schedule_rise_max: AtomicU64,
+}
+
+impl WaitCounters {
+    fn named(&self) -> BTreeMap<String, u64> {
+        [
+            ("rotation_stalls", &self.rotation_stalls),
+            ("rotation_stall_max_ns", &self.rotation_stall_max_ns),
+            ("rotation_debt_max", &self.rotation_debt_max),
+            ("rotation_work_max", &self.rotation_work_max),
+            ("pace_waits", &self.pace_waits),
+            ("pace_wait_max_ns", &self.pace_wait_max_ns),
+            ("pace_works", &self.pace_works),
+            ("pace_work_max_ns", &self.pace_work_max_ns),
+            ("pace_work_units_max", &self.pace_work_units_max),
+            ("schedule_rises", &self.schedule_rises),
+            ("schedule_rise_max", &self.schedule_rise_max),
+        ]
+        .into_iter()
+        .map(|(n, a)| (n.to_owned(), a.load(Ordering::Relaxed)))
+        .collect()
+    }
 }
 
 /// What [`Db::stats`] reports: counters and the database's shape at one moment.
@@ -103,6 +145,13 @@ pub struct Stats {
     /// `fdtree-d`, a job's work bound when its memtable was absorbed): with `memtable_bytes`
     /// it gives the largest share a write may be asked to do (docs/engine.md).
     pub schedule_debt_max: u64,
+    /// Where writes waited, by cause, since open: `rotation_*` for writers that found the
+    /// memtable full with debt left (stalls; the debt they found, the work they did there),
+    /// `pace_wait*` for pacing waits for the background threads, `pace_work*` for pacing
+    /// steps a writer did itself (time and units), `schedule_rises` for the times the debt rose
+    /// above the pacing schedule's start within a memtable (and the largest rise). Times in
+    /// nanoseconds, work in the index's units.
+    pub waits: BTreeMap<String, u64>,
     /// Memtables frozen and handed to the index since open.
     pub memtable_switches: u64,
     /// Memtables in memory now: the active one and those frozen but not yet durable in the
@@ -1412,7 +1461,12 @@ impl Inner {
             // Back-pressure: background threads run the work at full speed, and a writer
             // behind the schedule first waits for their next step, at most `PACE_WAIT`, rather
             // than doing the work itself (a step is mostly I/O and may take milliseconds).
+            let tw = Instant::now();
             self.wait_for_progress();
+            let w = &self.counters.waits;
+            w.pace_waits.fetch_add(1, Ordering::Relaxed);
+            w.pace_wait_max_ns
+                .fetch_max(elapsed_ns(tw), Ordering::Relaxed);
             waited = true;
             if self.bg_steps.load(Ordering::Acquire) == steps {
                 // Not one step in a whole wait (the threads are held up, or in a long step):
@@ -1431,7 +1485,13 @@ impl Inner {
         if behind > 0 && owed.min(behind) >= step.min(debt) {
             let take = self.pace_owed.swap(0, Ordering::Relaxed).min(behind);
             if take > 0 {
+                let tw = Instant::now();
                 done = self.writer_work(take)?;
+                let w = &self.counters.waits;
+                w.pace_works.fetch_add(1, Ordering::Relaxed);
+                w.pace_work_max_ns
+                    .fetch_max(elapsed_ns(tw), Ordering::Relaxed);
+                w.pace_work_units_max.fetch_max(done, Ordering::Relaxed);
             }
         }
         if waited || done > 0 {
@@ -1475,6 +1535,11 @@ impl Inner {
         let mut d0 = self.sched_debt.load(Ordering::Relaxed);
         let mut r0 = self.sched_room.load(Ordering::Relaxed);
         if debt > d0 || room > r0 {
+            if room <= r0 {
+                let w = &self.counters.waits;
+                w.schedule_rises.fetch_add(1, Ordering::Relaxed);
+                w.schedule_rise_max.fetch_max(debt - d0, Ordering::Relaxed);
+            }
             self.start_schedule(debt, room);
             (d0, r0) = (debt, room);
         }
@@ -1576,11 +1641,22 @@ impl Inner {
                     drop(w);
                     if waited {
                         self.record_stall(t);
+                        let c = &self.counters.waits;
+                        c.rotation_stalls.fetch_add(1, Ordering::Relaxed);
+                        c.rotation_stall_max_ns
+                            .fetch_max(elapsed_ns(t), Ordering::Relaxed);
+                        c.rotation_work_max.fetch_max(done, Ordering::Relaxed);
                     }
                     return Ok(done);
                 }
             }
             drop(w);
+            if writing && !waited {
+                self.counters
+                    .waits
+                    .rotation_debt_max
+                    .fetch_max(debt, Ordering::Relaxed);
+            }
             waited = writing;
             if debt == 0 {
                 idle = !self.note(self.index.wait_durable(COMMIT_WAIT))?;
@@ -1841,6 +1917,7 @@ impl Inner {
             stall_max: Duration::from_nanos(c.stall_max_ns.load(Ordering::Relaxed)),
             write_work_max: c.write_work_max.load(Ordering::Relaxed),
             schedule_debt_max: c.schedule_debt_max.load(Ordering::Relaxed),
+            waits: c.waits.named(),
             memtable_switches: c.memtable_switches.load(Ordering::Relaxed),
             memtables: 1 + m.frozen.len(),
             memtable_bytes: m.active.bytes() + m.frozen.iter().map(|f| f.bytes()).sum::<u64>(),

@@ -292,6 +292,8 @@ pub(super) struct Job {
     pub(super) built: Built,
     /// Bytes of the runs written.
     bytes: u64,
+    /// Work units done so far (what `advance` returned).
+    pub(super) units: u64,
 }
 
 impl IamTree {
@@ -314,7 +316,7 @@ impl IamTree {
     /// The flush of the oldest queued memtable into L1 (the flush of `L_0`, §3.4); `None`
     /// when the queue is empty.
     pub(super) fn plan_mem(&self, v: &Arc<Version>) -> Result<Option<Job>> {
-        let Some((mem, lo, hi)) = self.queue.lock().front().cloned() else {
+        let Some((mem, lo, hi, _)) = self.queue.lock().front().cloned() else {
             return Ok(None);
         };
         let stream = Compactor::new(
@@ -348,6 +350,7 @@ impl IamTree {
             outs: Vec::new(),
             built: Built::default(),
             bytes: 0,
+            units: 0,
         }))
     }
 
@@ -378,6 +381,7 @@ impl IamTree {
             outs: Vec::new(),
             built: Built::default(),
             bytes: 0,
+            units: 0,
         }))
     }
 
@@ -422,6 +426,7 @@ impl IamTree {
             outs: Vec::new(),
             built: Built::default(),
             bytes: 0,
+            units: 0,
         })
     }
 
@@ -652,6 +657,8 @@ impl IamTree {
                         "iam: flush stream left entries no child took".into(),
                     ));
                 }
+                job.units = job.units.saturating_add(spent.max(1));
+                self.job_units.store(job.units, Ordering::Relaxed);
                 return Ok((spent.max(1), true));
             };
             let mut task = match front {
@@ -695,6 +702,8 @@ impl IamTree {
             let nodes = self.task_nodes(job.level, *task, &mut job.bytes)?;
             job.outs.extend(nodes);
         }
+        job.units = job.units.saturating_add(spent);
+        self.job_units.store(job.units, Ordering::Relaxed);
         Ok((spent, false))
     }
 
@@ -721,11 +730,17 @@ impl IamTree {
             Parent::Mem(mem) => Some(mem.max_seq()),
             _ => None,
         };
-        self.publish(&job.base, next, durable, &job.built);
+        let cause = match &job.parent {
+            Parent::Mem(_) => super::Cause::Mem,
+            Parent::Node { combine: true, .. } => super::Cause::Combine,
+            Parent::Node { .. } => super::Cause::Flush,
+            Parent::Split => super::Cause::Split,
+        };
+        self.publish(&job.base, next, durable, &job.built, cause);
         match &job.parent {
             Parent::Mem(mem) => {
                 let mut q = self.queue.lock();
-                if q.front().is_some_and(|(m, _, _)| Arc::ptr_eq(m, mem)) {
+                if q.front().is_some_and(|(m, _, _, _)| Arc::ptr_eq(m, mem)) {
                     q.pop_front();
                 }
                 self.counters

@@ -32,7 +32,7 @@ mod tests;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -59,8 +59,9 @@ pub enum Mode {
     Iam,
 }
 
-/// A frozen memtable waiting for its flush, with its smallest and largest key.
-type Queued = (Arc<Memtable>, Vec<u8>, Vec<u8>);
+/// A frozen memtable waiting for its flush, with its smallest and largest key and the work
+/// its flush was estimated at when it was absorbed ([`IamTree::flush_estimate`]).
+type Queued = (Arc<Memtable>, Vec<u8>, Vec<u8>, u64);
 
 /// A node being written by [`Iam::write_nodes`]: its file, builder, first and last key, and
 /// user bytes so far.
@@ -84,6 +85,32 @@ struct Counters {
     /// Commits the committer thread made, and the longest (data sync and manifest commit).
     commits: AtomicU64,
     commit_max_micros: AtomicU64,
+    /// Times the debt of full internal nodes rose at a publication, by the step that
+    /// published ([`RISE_CAUSES`]), and the largest rise: work that appeared after the
+    /// memtable's pacing schedule started.
+    debt_rises: [AtomicU64; 6],
+    debt_rise_max: AtomicU64,
+    /// The most work units a job did beyond the input bytes its debt counted (what `debt`
+    /// did not show while the job ran: merged children, run finishing).
+    job_units_beyond_input_max: AtomicU64,
+    /// The longest a `work` call waited for the job's lock (a step in another thread), and
+    /// the longest call that found nothing to do but ask for a commit.
+    job_lock_wait_max_micros: AtomicU64,
+    idle_call_max_micros: AtomicU64,
+}
+
+/// The steps whose publication may raise the debt, as [`Counters::debt_rises`] names them.
+const RISE_CAUSES: [&str; 6] = ["mem", "flush", "split", "combine", "move", "grow"];
+
+/// What published a version, for [`Counters::debt_rises`].
+#[derive(Clone, Copy)]
+enum Cause {
+    Mem = 0,
+    Flush = 1,
+    Split = 2,
+    Combine = 3,
+    Move = 4,
+    Grow = 5,
 }
 
 /// One step of work (§3.2), chosen from a version.
@@ -110,6 +137,9 @@ pub struct IamTree {
     published_seq: AtomicU64,
     /// The last committed version: it keeps every file and sequence it names allocated.
     committed: Mutex<Arc<Version>>,
+    /// The address of `committed` (alive while it is the committed version), so that
+    /// [`IamTree::dirty`] never waits for the lock the committer holds through a commit.
+    committed_at: AtomicUsize,
     committer: Committer,
     /// Frozen memtables waiting to be flushed into L1, oldest first, with their key ranges.
     queue: Mutex<VecDeque<Queued>>,
@@ -117,15 +147,26 @@ pub struct IamTree {
     job: Mutex<Option<job::Job>>,
     /// Whether a step is in progress (read by `debt` without the job's lock).
     job_active: AtomicBool,
-    /// User bytes the step in progress has read of its input (subtracted from the debt).
+    /// User bytes the step in progress has read of its input.
     job_read: Arc<AtomicU64>,
+    /// The step in progress: its estimated work, the part of the queued and full-node
+    /// estimates that stands for it, and the work units it has done (read by `debt`).
+    job_est: AtomicU64,
+    job_counted: AtomicU64,
+    job_units: AtomicU64,
+    /// Work units done since open (what `work` returned), and where the debt fixed at the
+    /// last absorb runs out: `debt` never rises above `budget_end − units_done` while at most
+    /// one memtable is queued, so the pacing schedule that starts at an absorb covers every
+    /// unit the writers are asked for until the next one.
+    units_done: AtomicU64,
+    budget_end: AtomicU64,
     meta: Mutex<MetaState>,
     /// The (m, k) computed at the previous step: a new choice is adopted only when two
     /// consecutive evaluations agree (P11's hysteresis).
     pending_mk: Mutex<Option<(u32, u32)>>,
     durable: AtomicU64,
-    /// [`Iam::pending_bytes`] of the current version (computed when it is published, so that
-    /// `debt`, which writers call, does not walk the nodes).
+    /// [`IamTree::pending_bytes`] of the current version (computed when it is published, so
+    /// that `debt`, which writers call, does not walk the nodes).
     full_debt: AtomicU64,
     counters: Counters,
     /// Bytes written into each level since open (index 0: L1).
@@ -200,11 +241,17 @@ impl Iam {
             current: RwLock::new(version.clone()),
             published_seq: AtomicU64::new(durable_seq),
             committed: Mutex::new(version.clone()),
+            committed_at: AtomicUsize::new(Arc::as_ptr(&version) as usize),
             committer: Committer::default(),
             queue: Mutex::new(VecDeque::new()),
             job: Mutex::new(None),
             job_active: AtomicBool::new(false),
             job_read: Arc::default(),
+            job_est: AtomicU64::new(0),
+            job_counted: AtomicU64::new(0),
+            job_units: AtomicU64::new(0),
+            units_done: AtomicU64::new(0),
+            budget_end: AtomicU64::new(0),
             meta: Mutex::new(state),
             pending_mk: Mutex::new(None),
             durable: AtomicU64::new(durable_seq),
@@ -353,7 +400,7 @@ impl IamTree {
             .queue
             .lock()
             .front()
-            .map(|(_, lo, hi)| (lo.clone(), hi.clone()));
+            .map(|(_, lo, hi, _)| (lo.clone(), hi.clone()));
         let n = v.levels.len();
         if n == 0 {
             return if mem.is_some() {
@@ -425,18 +472,96 @@ impl IamTree {
         policy::combine_candidate(&t_cn, &own, &bytes, self.params.fanout.max(2))
     }
 
-    /// Internal work units: queued memtables and full internal nodes, in bytes.
+    /// The estimated work of flushing every full internal node of `v`, in work units.
     fn pending_bytes(&self, v: &Version) -> u64 {
         let n = v.levels.len();
         let mut debt = 0u64;
-        for level in v.levels.iter().take(n.saturating_sub(1)) {
+        for (d, level) in v.levels.iter().enumerate().take(n.saturating_sub(1)) {
             for p in level {
-                if self.is_full(p) {
-                    debt += p.data_bytes();
-                }
+                debt += self.node_estimate(v, d, p);
             }
         }
         debt
+    }
+
+    /// The estimated work of flushing node `p` of level `d` when it is full (0 otherwise).
+    fn node_estimate(&self, v: &Version, d: usize, p: &Node) -> u64 {
+        if !self.is_full(p) {
+            return 0;
+        }
+        self.flush_estimate(v, d + 1, &p.lo, &p.hi, p.data_bytes())
+    }
+
+    /// The work units ([`job`]'s: entries moved into builders, by user bytes, and the steps
+    /// that finish runs) of a flush of `input` bytes within `[lo, hi]` into level `d` of
+    /// `v` (0-based; none: the input becomes new nodes): the input, the data of every child
+    /// that merges rather than appends (it passes through the builders again), and the
+    /// finishing of the outputs (filter keys at 8 units each, index pages, a page a node:
+    /// at most half of what passed for entries of 16 user bytes or more, plus four pages a
+    /// node). An upper bound for `debt`: before it, `debt` counted the input alone and showed
+    /// 1 for the rest (up to 8.3 MB of units at 500k records, `docs/results/stalls/`).
+    fn flush_estimate(&self, v: &Version, d: usize, lo: &[u8], hi: &[u8], input: u64) -> u64 {
+        let (m, k) = self.mk();
+        let mut merged = 0u64;
+        let mut outs = 1u64;
+        if let Some(level) = v.levels.get(d) {
+            let leaf = d + 1 == v.levels.len();
+            for c in &level[v.overlapping(d, lo, hi)] {
+                outs += 1;
+                let full_leaf = leaf && self.is_full(c);
+                if policy::action(d + 1, m, k, c.seqs.len(), full_leaf) != policy::Action::Append {
+                    merged += c.data_bytes();
+                }
+            }
+        }
+        let moved = input.saturating_add(merged);
+        outs += moved / self.leaf_target();
+        moved + moved / 2 + outs * 4 * PAGE_SIZE as u64
+    }
+
+    /// The work left, as the queue and the published version show it now: every queued
+    /// memtable's flush, every full internal node's flush, and the rest of the step in
+    /// progress (at least 1 while one is).
+    fn real_debt(&self, queue: &VecDeque<Queued>) -> u64 {
+        let q: u64 = queue.iter().map(|(_, _, _, e)| *e).sum();
+        let all = q + self.full_debt.load(Ordering::Relaxed);
+        if !self.job_active.load(Ordering::Acquire) {
+            return all;
+        }
+        let left = self
+            .job_est
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.job_units.load(Ordering::Relaxed))
+            .max(1);
+        all.saturating_sub(self.job_counted.load(Ordering::Relaxed)) + left
+    }
+
+    /// Sets the estimate of the step just planned from `v` (and what the debt counted for it
+    /// before).
+    fn start_job_estimate(&self, v: &Version, step: Step) {
+        let (est, counted) = match step {
+            Step::FlushMem => match self.queue.lock().front() {
+                Some((m, lo, hi, e)) => (self.flush_estimate(v, 0, lo, hi, m.bytes()), *e),
+                None => (0, 0),
+            },
+            Step::Flush { d, i } | Step::Combine { d, i } => {
+                let p = &v.levels[d][i];
+                let est = self.flush_estimate(v, d + 1, &p.lo, &p.hi, p.data_bytes());
+                (est, self.node_estimate(v, d, p))
+            }
+            Step::Split { d, i } => {
+                let p = &v.levels[d][i];
+                let b = p.data_bytes();
+                (
+                    b + b / 2 + 12 * PAGE_SIZE as u64,
+                    self.node_estimate(v, d, p),
+                )
+            }
+            Step::Idle | Step::Grow => (0, 0),
+        };
+        self.job_units.store(0, Ordering::Relaxed);
+        self.job_est.store(est, Ordering::Relaxed);
+        self.job_counted.store(counted, Ordering::Relaxed);
     }
 
     // ---- steps ----
@@ -445,7 +570,11 @@ impl IamTree {
     /// none is (one at a time); returns the bytes done, 0 when idle. A step that writes
     /// nothing (a move, an empty combine, a level's growth) is done at once.
     fn step(&self, budget: u64) -> Result<u64> {
+        let locking = std::time::Instant::now();
         let mut slot = self.job.lock();
+        self.counters
+            .job_lock_wait_max_micros
+            .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
         if slot.is_none() {
             let v = self.version();
             self.update_mk(&v);
@@ -455,7 +584,7 @@ impl IamTree {
                 Step::Grow => {
                     let mut next = (*v).clone();
                     next.levels.push(Vec::new());
-                    self.publish(&v, next, None, &Built::default());
+                    self.publish(&v, next, None, &Built::default(), Cause::Grow);
                     self.counters.grows.fetch_add(1, Ordering::Relaxed);
                     return Ok(1);
                 }
@@ -471,6 +600,7 @@ impl IamTree {
                     _ => Ok(0),
                 };
             };
+            self.start_job_estimate(&v, step);
             self.job_active.store(true, Ordering::Release);
             *slot = Some(job);
         }
@@ -483,8 +613,14 @@ impl IamTree {
             }
             match slot.take() {
                 Some(job) => {
+                    let input = self.job_read.load(Ordering::Relaxed);
+                    self.counters
+                        .job_units_beyond_input_max
+                        .fetch_max(job.units.saturating_sub(input), Ordering::Relaxed);
                     let built = job.built.clone();
-                    self.finish_job(job).inspect_err(|_| built.abandon())
+                    self.finish_job(job)
+                        .inspect_err(|_| built.abandon())
+                        .map(|_| done)
                 }
                 None => Ok(done),
             }
@@ -578,7 +714,8 @@ impl IamTree {
         } else {
             next.levels[d][i] = Arc::new(Node::empty(self.new_id(), p.lo.clone(), p.hi.clone()));
         }
-        self.publish(v, next, None, &Built::default());
+        let cause = if combine { Cause::Combine } else { Cause::Move };
+        self.publish(v, next, None, &Built::default(), cause);
         if combine {
             self.counters.combines.fetch_add(1, Ordering::Relaxed);
         }
@@ -589,7 +726,14 @@ impl IamTree {
     /// every write up to there) and asks the committer thread to make it durable. Files and
     /// sequences `old` names and `next` does not are marked obsolete, released once no version
     /// holds them: the last committed version holds those a durable manifest still names.
-    fn publish(&self, old: &Version, next: Version, durable_seq: Option<u64>, built: &Built) {
+    fn publish(
+        &self,
+        old: &Version,
+        next: Version,
+        durable_seq: Option<u64>,
+        built: &Built,
+        cause: Cause,
+    ) {
         let (old_files, old_seqs) = gather(old);
         let (new_files, new_seqs) = gather(&next);
         let gone_files: Vec<&Arc<NodeFile>> = old_files
@@ -618,8 +762,13 @@ impl IamTree {
                 .collect(),
         };
         unused.abandon();
-        self.full_debt
-            .store(self.pending_bytes(&next), Ordering::Relaxed);
+        let full = self.pending_bytes(&next);
+        let before = self.full_debt.swap(full, Ordering::Relaxed);
+        if full > before {
+            let c = &self.counters;
+            c.debt_rises[cause as usize].fetch_add(1, Ordering::Relaxed);
+            c.debt_rise_max.fetch_max(full - before, Ordering::Relaxed);
+        }
         {
             let mut cur = self.current.write();
             *cur = Arc::new(next);
@@ -690,6 +839,8 @@ impl IamTree {
             freed,
         };
         commits.commit(commit, DataSync::Always, t)?;
+        self.committed_at
+            .store(Arc::as_ptr(&v) as usize, Ordering::Release);
         *c = v;
         Ok(true)
     }
@@ -776,10 +927,13 @@ fn gather(v: &Version) -> Named {
 }
 
 impl Durable for IamTree {
-    /// Whether the published version is not the committed one.
+    /// Whether the published version is not the committed one. Takes no lock the committer
+    /// holds through a whole commit: a writer's paced `work` call that found the job just
+    /// finished waited here for a data-file sync and a manifest commit (`fdtree-d`'s longest
+    /// waits, up to 322 ms, and `iam`'s up to 197 ms in `docs/results/stalls/`).
     fn dirty(&self) -> bool {
         let published = self.version();
-        !Arc::ptr_eq(&published, &self.committed.lock())
+        Arc::as_ptr(&published) as usize != self.committed_at.load(Ordering::Acquire)
     }
 
     fn commit(&self) -> Result<bool> {
@@ -808,23 +962,39 @@ impl Index for Iam {
         let mut it = mem.entries();
         let lo = it.next().map(|e| e.key.to_vec()).unwrap_or_default();
         let hi = it.last().map_or(lo.clone(), |e| e.key.to_vec());
-        self.queue.lock().push_back((mem, lo, hi));
+        let est = self.flush_estimate(&self.version(), 0, &lo, &hi, mem.bytes());
+        let mut q = self.queue.lock();
+        q.push_back((mem, lo, hi, est));
+        // The debt of the memtable that starts now: the work left, all of it known here.
+        let budget = self.real_debt(&q);
+        self.budget_end.store(
+            self.units_done
+                .load(Ordering::Relaxed)
+                .saturating_add(budget),
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 
-    /// Bytes of queued memtables plus the data of full internal nodes, which must be flushed
-    /// before the next memtable can find L1 ready, less what the step in progress has read of
-    /// its input (at least 1 while a step is in progress).
+    /// The work left ([`IamTree::real_debt`]: queued memtables' flushes, full internal nodes'
+    /// flushes, the rest of the step in progress, each estimated with the children it
+    /// merges), but never more than what is left of the debt fixed at the last absorb: work
+    /// that appears while a memtable fills (a node a flush made full) is paid from the next
+    /// memtable's debt, so the debt never rises above its schedule. Before, it rose 50 times
+    /// in a 500k-record load and writers found up to 679 KB of it at the rotation
+    /// (`docs/results/stalls/`). With two memtables queued (the work fell a memtable behind)
+    /// it is the whole work left, so that no third one is absorbed.
     fn debt(&self) -> u64 {
-        let q: u64 = self
-            .queue
-            .lock()
-            .iter()
-            .map(|(m, _, _)| m.bytes().max(1))
-            .sum();
-        let debt = (q + self.full_debt.load(Ordering::Relaxed))
-            .saturating_sub(self.job_read.load(Ordering::Relaxed));
-        debt.max(u64::from(self.job_active.load(Ordering::Acquire)))
+        let q = self.queue.lock();
+        let real = self.real_debt(&q);
+        if q.len() >= 2 {
+            return real;
+        }
+        let left = self
+            .budget_end
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.units_done.load(Ordering::Relaxed));
+        real.min(left)
     }
 
     fn background_work(&self) -> bool {
@@ -846,16 +1016,23 @@ impl Index for Iam {
             if n == 0 {
                 break;
             }
+            self.units_done.fetch_add(n, Ordering::Relaxed);
             done += n;
         }
-        if done == 0 && (self.dirty() || self.committer.busy()) {
-            // Nothing to do but make the tree durable (the committer does the I/O). The Db
-            // calls `work` without debt only from a background thread, a flush or a close,
-            // which call again until it is done.
-            self.committer.request();
-            self.committer
-                .wait_for(std::time::Duration::from_millis(1))?;
-            return Ok(1);
+        if done == 0 {
+            let t = std::time::Instant::now();
+            if self.dirty() || self.committer.busy() {
+                // Nothing to do but make the tree durable (the committer does the I/O). The Db
+                // calls `work` without debt only from a background thread, a flush or a close,
+                // which call again until it is done.
+                self.committer.request();
+                let r = self.committer.wait_for(std::time::Duration::from_millis(1));
+                self.counters
+                    .idle_call_max_micros
+                    .fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                r?;
+                return Ok(1);
+            }
         }
         Ok(done)
     }
@@ -922,7 +1099,15 @@ impl Index for Iam {
             ("grows", &c.grows),
             ("commits", &c.commits),
             ("commit_max_micros", &c.commit_max_micros),
+            ("debt_rise_max", &c.debt_rise_max),
+            ("job_units_beyond_input_max", &c.job_units_beyond_input_max),
+            ("job_lock_wait_max_micros", &c.job_lock_wait_max_micros),
+            ("idle_call_max_micros", &c.idle_call_max_micros),
         ]);
+        for (name, n) in RISE_CAUSES.iter().zip(&c.debt_rises) {
+            s.counters
+                .insert(format!("debt_rises_{name}"), n.load(Ordering::Relaxed));
+        }
         let (m, k) = self.mk();
         let n = v.levels.len();
         if self.mode == Mode::Iam {
