@@ -12,29 +12,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use common::small_options;
+use common::wal_damage::{dir, key, options, present, records, WRITES};
 use woods::storage::{FaultFs, Fs, OpenMode};
-use woods::wal::{list_wal_files, wal_file_path, RECORD_HEADER_LEN, WAL_HEADER_LEN};
-use woods::{Db, Error, IndexKind, Options};
-
-const WRITES: u64 = 150;
-
-fn dir() -> PathBuf {
-    PathBuf::from("/db")
-}
-
-fn options(fs: &FaultFs) -> Options {
-    Options {
-        fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
-        ..small_options(&IndexKind::from_name("lsm").expect("kind"))
-    }
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key{i:05}").into_bytes()
-}
+use woods::wal::{list_wal_files, wal_file_path, RECORD_HEADER_LEN};
+use woods::{Db, Error};
 
 /// `WRITES` puts (sequence numbers 1..=WRITES), all in the one log file, then a process kill.
 fn build() -> (FaultFs, PathBuf) {
@@ -52,26 +34,7 @@ fn build() -> (FaultFs, PathBuf) {
 
 /// The byte offsets where each record of the log file at `path` starts.
 fn record_starts(fs: &FaultFs, path: &Path) -> Vec<u64> {
-    let f = fs.open(path, OpenMode::default()).expect("open");
-    let mut buf = vec![0u8; f.len().expect("len") as usize];
-    f.read_exact_at(&mut buf, 0).expect("read");
-    let mut out = Vec::new();
-    let mut off = WAL_HEADER_LEN;
-    while off + RECORD_HEADER_LEN <= buf.len() {
-        let len = u32::from_le_bytes(buf[off + 4..off + 8].try_into().expect("4")) as usize;
-        if len == 0 {
-            break;
-        }
-        out.push(off as u64);
-        off += RECORD_HEADER_LEN + len;
-    }
-    out
-}
-
-fn present(db: &Db) -> Vec<u64> {
-    (1..=WRITES)
-        .filter(|&i| db.get(key(i)).expect("get").is_some())
-        .collect()
+    records(fs, path).into_iter().map(|(off, _)| off).collect()
 }
 
 #[test]

@@ -12,29 +12,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use common::small_options;
-use woods::storage::{FaultFs, Fs, OpenMode};
-use woods::wal::{list_wal_files, wal_file_path, RECORD_HEADER_LEN, WAL_HEADER_LEN};
-use woods::{Db, Durability, Error, IndexKind, Options};
-
-const WRITES: u64 = 150;
-
-fn dir() -> PathBuf {
-    PathBuf::from("/db")
-}
-
-fn options(fs: &FaultFs) -> Options {
-    Options {
-        fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
-        ..small_options(&IndexKind::from_name("lsm").expect("kind"))
-    }
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key{i:05}").into_bytes()
-}
+use common::wal_damage::{dir, key, options, present, records, WRITES};
+use woods::storage::FaultFs;
+use woods::wal::{list_wal_files, wal_file_path, RECORD_HEADER_LEN};
+use woods::{Db, Durability, Error};
 
 /// Puts 1..=WRITES in one log file, writes 100 and 150 `Sync` (each fsync followed by a sync
 /// mark, and the second fsync makes the first mark durable), then a power cut: the machine
@@ -59,37 +41,13 @@ fn build() -> (FaultFs, PathBuf) {
     (fs, wal_file_path(&dir(), files[0]))
 }
 
-/// The byte offsets where each record of the log file at `path` starts (sync marks included).
-fn record_starts(fs: &FaultFs, path: &Path) -> Vec<(u64, usize)> {
-    let f = fs.open(path, OpenMode::default()).expect("open");
-    let mut buf = vec![0u8; f.len().expect("len") as usize];
-    f.read_exact_at(&mut buf, 0).expect("read");
-    let mut out = Vec::new();
-    let mut off = WAL_HEADER_LEN;
-    while off + RECORD_HEADER_LEN <= buf.len() {
-        let len = u32::from_le_bytes(buf[off + 4..off + 8].try_into().expect("4")) as usize;
-        if len == 0 {
-            break;
-        }
-        out.push((off as u64, len));
-        off += RECORD_HEADER_LEN + len;
-    }
-    out
-}
-
 /// The starts of the batches' records: a sync mark's payload is 24 bytes and starts with 12
 /// zero bytes (an empty batch of sequence number 0), which no batch of these puts is.
 fn batch_starts(fs: &FaultFs, path: &Path) -> Vec<u64> {
-    record_starts(fs, path)
+    records(fs, path)
         .into_iter()
         .filter(|&(_, len)| len != 24)
         .map(|(off, _)| off)
-        .collect()
-}
-
-fn present(db: &Db) -> Vec<u64> {
-    (1..=WRITES)
-        .filter(|&i| db.get(key(i)).expect("get").is_some())
         .collect()
 }
 

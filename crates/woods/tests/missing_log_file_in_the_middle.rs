@@ -12,37 +12,12 @@
 mod common;
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use common::small_options;
+use common::wal_damage::{dir, key, options, present, read, WRITES};
 use woods::storage::{FaultFs, Fs, OpenMode};
 use woods::wal::{list_wal_files, wal_file_path, RECORD_HEADER_LEN, WAL_HEADER_LEN};
-use woods::{Db, Error, IndexKind, Options};
-
-const WRITES: u64 = 150;
-
-fn dir() -> PathBuf {
-    PathBuf::from("/db")
-}
-
-fn options(fs: &FaultFs) -> Options {
-    Options {
-        fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
-        ..small_options(&IndexKind::from_name("lsm").expect("kind"))
-    }
-}
-
-fn key(i: u64) -> Vec<u8> {
-    format!("key{i:05}").into_bytes()
-}
-
-fn read(fs: &FaultFs, path: &Path) -> Vec<u8> {
-    let f = fs.open(path, OpenMode::default()).expect("open");
-    let mut buf = vec![0u8; f.len().expect("len") as usize];
-    f.read_exact_at(&mut buf, 0).expect("read");
-    buf
-}
+use woods::{Db, Error};
 
 /// The log file's header and its records' bytes, one slice a record.
 fn records(buf: &[u8]) -> (Vec<u8>, Vec<Vec<u8>>) {
@@ -100,12 +75,6 @@ fn build(layout: &[(u64, Range<usize>)]) -> (FaultFs, u64) {
     }
     fs.sync_dir(&dir()).expect("sync dir");
     (fs, n)
-}
-
-fn present(db: &Db) -> Vec<u64> {
-    (1..=WRITES)
-        .filter(|&i| db.get(key(i)).expect("get").is_some())
-        .collect()
 }
 
 #[test]
