@@ -969,6 +969,14 @@ fn consecutive_chunks_are_one_extent() {
     assert_eq!(run.check().unwrap(), 20_000);
 }
 
+/// Frees space in 8-page holes: a run built next lands its chunks apart, a window per extent.
+fn fragment(pf: &PageFile) {
+    let taken: Vec<Extent> = (0..400).map(|_| pf.alloc().alloc(8)).collect();
+    for e in taken.iter().step_by(2) {
+        pf.alloc().release(*e);
+    }
+}
+
 #[test]
 fn scans_reading_ahead_return_the_model_over_every_range() {
     // Small chunks and windows, so that scans cross many windows and extents and their reads
@@ -981,6 +989,8 @@ fn scans_reading_ahead_return_the_model_over_every_range() {
         ..opts()
     };
     let m = model(&mut rng, 6000);
+    // Free space in holes, so that the run spans several extents whatever its values.
+    fragment(&pf);
     let run = build(&pf, &m, small);
     assert!(
         run.extents().len() > 1,
@@ -1024,11 +1034,7 @@ fn scans_reading_ahead_return_the_model_over_every_range() {
         // it completes, lands in this one's figure.
         let (_fs, pf) = store();
         if fragmented {
-            // Free space in 8-page holes: the run's chunks land apart, a window per extent.
-            let taken: Vec<Extent> = (0..400).map(|_| pf.alloc().alloc(8)).collect();
-            for e in taken.iter().step_by(2) {
-                pf.alloc().release(*e);
-            }
+            fragment(&pf);
         }
         let run = build(&pf, &plain, small);
         if fragmented {
