@@ -73,6 +73,8 @@ struct WaitCounters {
     rotation_stall_max_ns: AtomicU64,
     rotation_debt_max: AtomicU64,
     rotation_work_max: AtomicU64,
+    commit_waits: AtomicU64,
+    commit_wait_max_ns: AtomicU64,
     pace_waits: AtomicU64,
     pace_wait_max_ns: AtomicU64,
     pace_works: AtomicU64,
@@ -89,6 +91,8 @@ impl WaitCounters {
             ("rotation_stall_max_ns", &self.rotation_stall_max_ns),
             ("rotation_debt_max", &self.rotation_debt_max),
             ("rotation_work_max", &self.rotation_work_max),
+            ("commit_waits", &self.commit_waits),
+            ("commit_wait_max_ns", &self.commit_wait_max_ns),
             ("pace_waits", &self.pace_waits),
             ("pace_wait_max_ns", &self.pace_wait_max_ns),
             ("pace_works", &self.pace_works),
@@ -147,7 +151,8 @@ pub struct Stats {
     pub schedule_debt_max: u64,
     /// Where writes waited, by cause, since open: `rotation_*` for writers that found the
     /// memtable full with debt left (stalls; the debt they found, the work they did there),
-    /// `pace_wait*` for pacing waits for the background threads, `pace_work*` for pacing
+    /// `commit_wait*` for writers that found it full with no debt but
+    /// [`MAX_PENDING_MEMTABLES`] frozen memtables awaiting their commit (stalls too), `pace_wait*` for pacing waits for the background threads, `pace_work*` for pacing
     /// steps a writer did itself (time and units), `schedule_rises` for the times the debt rose
     /// above the pacing schedule's start within a memtable (and the largest rise). Times in
     /// nanoseconds, work in the index's units.
@@ -1618,6 +1623,8 @@ impl Inner {
     fn make_room(&self, needed: u64) -> Result<u64> {
         let t = Instant::now();
         let mut waited = false;
+        // Whether this writer found debt left at any look, or only waited for commits.
+        let mut found_debt = false;
         let mut done = 0u64;
         let writing = needed != u64::MAX;
         // The last wait for a commit found none to wait for.
@@ -1642,10 +1649,16 @@ impl Inner {
                     if waited {
                         self.record_stall(t);
                         let c = &self.counters.waits;
-                        c.rotation_stalls.fetch_add(1, Ordering::Relaxed);
-                        c.rotation_stall_max_ns
-                            .fetch_max(elapsed_ns(t), Ordering::Relaxed);
-                        c.rotation_work_max.fetch_max(done, Ordering::Relaxed);
+                        if found_debt {
+                            c.rotation_stalls.fetch_add(1, Ordering::Relaxed);
+                            c.rotation_stall_max_ns
+                                .fetch_max(elapsed_ns(t), Ordering::Relaxed);
+                            c.rotation_work_max.fetch_max(done, Ordering::Relaxed);
+                        } else {
+                            c.commit_waits.fetch_add(1, Ordering::Relaxed);
+                            c.commit_wait_max_ns
+                                .fetch_max(elapsed_ns(t), Ordering::Relaxed);
+                        }
                     }
                     return Ok(done);
                 }
@@ -1658,6 +1671,7 @@ impl Inner {
                     .fetch_max(debt, Ordering::Relaxed);
             }
             waited = writing;
+            found_debt |= writing && debt > 0;
             if debt == 0 {
                 idle = !self.note(self.index.wait_durable(COMMIT_WAIT))?;
                 if self.opts.background_threads == 0 {
