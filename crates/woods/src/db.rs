@@ -76,6 +76,7 @@ struct WaitCounters {
     commit_waits: AtomicU64,
     commit_wait_max_ns: AtomicU64,
     pace_waits: AtomicU64,
+    pace_busy: AtomicU64,
     pace_wait_max_ns: AtomicU64,
     pace_works: AtomicU64,
     pace_work_max_ns: AtomicU64,
@@ -94,6 +95,7 @@ impl WaitCounters {
             ("commit_waits", &self.commit_waits),
             ("commit_wait_max_ns", &self.commit_wait_max_ns),
             ("pace_waits", &self.pace_waits),
+            ("pace_busy", &self.pace_busy),
             ("pace_wait_max_ns", &self.pace_wait_max_ns),
             ("pace_works", &self.pace_works),
             ("pace_work_max_ns", &self.pace_work_max_ns),
@@ -152,7 +154,9 @@ pub struct Stats {
     /// Where writes waited, by cause, since open: `rotation_*` for writers that found the
     /// memtable full with debt left (stalls; the debt they found, the work they did there),
     /// `commit_wait*` for writers that found it full with no debt but
-    /// [`MAX_PENDING_MEMTABLES`] frozen memtables awaiting their commit (stalls too), `pace_wait*` for pacing waits for the background threads, `pace_work*` for pacing
+    /// [`MAX_PENDING_MEMTABLES`] frozen memtables awaiting their commit (stalls too),
+    /// `pace_wait*` for pacing waits for the background threads (`pace_busy` counts those of
+    /// a writer whose share found a thread in the middle of the step), `pace_work*` for pacing
     /// steps a writer did itself (time and units), `schedule_rises` for the times the debt rose
     /// above the pacing schedule's start within a memtable (and the largest rise). Times in
     /// nanoseconds, work in the index's units.
@@ -1491,12 +1495,27 @@ impl Inner {
             let take = self.pace_owed.swap(0, Ordering::Relaxed).min(behind);
             if take > 0 {
                 let tw = Instant::now();
-                done = self.writer_work(take)?;
                 let w = &self.counters.waits;
-                w.pace_works.fetch_add(1, Ordering::Relaxed);
-                w.pace_work_max_ns
-                    .fetch_max(elapsed_ns(tw), Ordering::Relaxed);
-                w.pace_work_units_max.fetch_max(done, Ordering::Relaxed);
+                match self.writer_share(take)? {
+                    Some(n) => {
+                        done = n;
+                        w.pace_works.fetch_add(1, Ordering::Relaxed);
+                        w.pace_work_max_ns
+                            .fetch_max(elapsed_ns(tw), Ordering::Relaxed);
+                        w.pace_work_units_max.fetch_max(done, Ordering::Relaxed);
+                    }
+                    None => {
+                        // A background thread is in the middle of the step: the writer waits
+                        // for its progress, at most a pacing wait, not for its lock through
+                        // the rest of the step; the share stays owed.
+                        self.pace_owed.fetch_add(take, Ordering::Relaxed);
+                        self.wait_for_progress();
+                        w.pace_busy.fetch_add(1, Ordering::Relaxed);
+                        w.pace_wait_max_ns
+                            .fetch_max(elapsed_ns(tw), Ordering::Relaxed);
+                        waited = true;
+                    }
+                }
             }
         }
         if waited || done > 0 {
@@ -1602,6 +1621,22 @@ impl Inner {
         let r = self.index.work(budget);
         let done = self.note(r)?;
         self.release_memtables();
+        Ok(done)
+    }
+
+    /// A writer's pacing share: [`Self::writer_work`], but `None` at once while a background
+    /// thread is in the middle of the step ([`Index::work_unless_busy`]). Without background
+    /// threads the only other holders are writers, and the share is done as it always was.
+    fn writer_share(&self, budget: u64) -> Result<Option<u64>> {
+        if self.opts.background_threads == 0 {
+            return self.do_work(budget).map(Some);
+        }
+        self.check_failed()?;
+        let r = self.index.work_unless_busy(budget);
+        let done = self.note(r)?;
+        if done.is_some() {
+            self.release_memtables();
+        }
         Ok(done)
     }
 

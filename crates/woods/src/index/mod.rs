@@ -200,6 +200,14 @@ pub trait Index: Send + Sync {
     fn debt(&self) -> u64;
     /// Does at most about `budget` units of work; returns the units done (0 when idle).
     fn work(&self, budget: u64) -> Result<u64>;
+    /// [`Index::work`] for a writer's pacing share: `Ok(None)` at once, with nothing done, when
+    /// another thread is in the middle of the step this call would advance (a background
+    /// thread holding the kind's job). The writer then waits for that thread's progress, at
+    /// most a pacing wait, rather than for its lock through the rest of the step, which a
+    /// descheduled thread may hold for hundreds of milliseconds. The default is `work`.
+    fn work_unless_busy(&self, budget: u64) -> Result<Option<u64>> {
+        self.work(budget).map(Some)
+    }
     /// Everything with a sequence number up to this is durable through the manifest.
     fn durable_seq(&self) -> u64;
     /// Versions of `key` with seq <= `seq`, newest first, up to the first Put or Delete.
@@ -282,4 +290,28 @@ pub fn open_index(
         IndexKind::Pbt(p) => Arc::new(pbt::Pbt::open(ctx, p.clone(), meta, durable_seq)?),
         IndexKind::Boa(p) => Arc::new(boa::Boa::open(ctx, p.clone(), meta, durable_seq)?),
     })
+}
+
+/// Test support: a writer's share ([`Index::work_unless_busy`]) returns `None` while `job`,
+/// the kind's job lock held by the caller as a background thread mid-step holds it, and does
+/// work again once it is let go. A wait shows as no answer within 30 s (the deadline only
+/// turns a hang into a failure).
+#[cfg(test)]
+pub(crate) fn assert_share_skips_a_held_job<G>(index: &(dyn Index + Sync), job: G) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let _ = tx.send(index.work_unless_busy(16 << 10).map(|r| r.is_none()));
+        });
+        let answer = rx.recv_timeout(Duration::from_secs(30));
+        drop(job);
+        assert!(
+            matches!(answer, Ok(Ok(true))),
+            "a writer's share waited for the job in another thread, or did work: {answer:?}"
+        );
+    });
+    assert!(
+        index.work_unless_busy(16 << 10).expect("work").is_some(),
+        "a writer's share found the job busy with no one holding it"
+    );
 }

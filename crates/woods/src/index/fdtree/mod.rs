@@ -133,6 +133,48 @@ pub struct Tree {
 pub type FdTree = WithCommitter<Tree>;
 
 impl FdTree {
+    /// [`Index::work`]; without `wait`, `None` at once when another thread holds the job
+    /// ([`Index::work_unless_busy`]).
+    fn work_as(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
+        self.committer.error()?;
+        let locking = std::time::Instant::now();
+        let mut slot = if wait {
+            self.job.lock()
+        } else {
+            match self.job.try_lock() {
+                Some(slot) => slot,
+                None => return Ok(None),
+            }
+        };
+        let c = &self.counters;
+        c.job_lock_wait_max_micros
+            .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
+        if slot.is_none() && self.queued.lock().is_none() {
+            drop(slot);
+            let r = self.idle_work();
+            c.idle_call_max_micros
+                .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
+            return r.map(Some);
+        }
+        let started = std::time::Instant::now();
+        let wrote = self.merge_written();
+        let r = self.run_job(&mut slot, budget);
+        let micros = started.elapsed().as_micros() as u64;
+        c.merge_micros.fetch_add(micros, Ordering::Relaxed);
+        if r.is_err() {
+            if let Some(job) = slot.take() {
+                job.abort();
+            }
+        }
+        self.refresh_debt(&slot);
+        let (n, kind) = r?;
+        c.largest_step.fetch_max(n, Ordering::Relaxed);
+        c.step_max_micros[kind].fetch_max(micros, Ordering::Relaxed);
+        let wrote = self.merge_written().saturating_sub(wrote);
+        c.step_max_bytes[kind].fetch_max(wrote, Ordering::Relaxed);
+        Ok(Some(n))
+    }
+
     /// Opens the tree from its manifest metadata (empty: a new tree) and starts its committer.
     pub fn open(
         ctx: IndexContext,
@@ -529,36 +571,11 @@ impl Index for FdTree {
     }
 
     fn work(&self, budget: u64) -> Result<u64> {
-        self.committer.error()?;
-        let locking = std::time::Instant::now();
-        let mut slot = self.job.lock();
-        let c = &self.counters;
-        c.job_lock_wait_max_micros
-            .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
-        if slot.is_none() && self.queued.lock().is_none() {
-            drop(slot);
-            let r = self.idle_work();
-            c.idle_call_max_micros
-                .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
-            return r;
-        }
-        let started = std::time::Instant::now();
-        let wrote = self.merge_written();
-        let r = self.run_job(&mut slot, budget);
-        let micros = started.elapsed().as_micros() as u64;
-        c.merge_micros.fetch_add(micros, Ordering::Relaxed);
-        if r.is_err() {
-            if let Some(job) = slot.take() {
-                job.abort();
-            }
-        }
-        self.refresh_debt(&slot);
-        let (n, kind) = r?;
-        c.largest_step.fetch_max(n, Ordering::Relaxed);
-        c.step_max_micros[kind].fetch_max(micros, Ordering::Relaxed);
-        let wrote = self.merge_written().saturating_sub(wrote);
-        c.step_max_bytes[kind].fetch_max(wrote, Ordering::Relaxed);
-        Ok(n)
+        Ok(self.work_as(budget, true)?.unwrap_or(0))
+    }
+
+    fn work_unless_busy(&self, budget: u64) -> Result<Option<u64>> {
+        self.work_as(budget, false)
     }
 
     fn durable_seq(&self) -> u64 {

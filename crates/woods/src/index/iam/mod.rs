@@ -569,12 +569,70 @@ impl IamTree {
     /// Advances the step in progress by about `budget` bytes, starting the next one when
     /// none is (one at a time); returns the bytes done, 0 when idle. A step that writes
     /// nothing (a move, an empty combine, a level's growth) is done at once.
+    #[cfg(test)]
     fn step(&self, budget: u64) -> Result<u64> {
+        Ok(self.step_unless_busy(budget, true)?.unwrap_or(0))
+    }
+
+    /// [`Index::work`]; without `wait`, `None` at once when another thread holds the job
+    /// ([`Index::work_unless_busy`]).
+    fn work_as(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
+        self.committer.error()?;
+        let budget = budget.max(1);
+        let mut done = 0u64;
+        while done < budget {
+            let n = match self.step_unless_busy(budget - done, wait)? {
+                Some(n) => n,
+                None if done == 0 => return Ok(None),
+                None => break,
+            };
+            if n == 0 {
+                break;
+            }
+            self.units_done.fetch_add(n, Ordering::Relaxed);
+            done += n;
+        }
+        if done == 0 {
+            let t = std::time::Instant::now();
+            if self.dirty() || self.committer.busy() {
+                // Nothing to do but make the tree durable (the committer does the I/O). The Db
+                // calls `work` without debt only from a background thread, a flush or a close,
+                // which call again until it is done.
+                self.committer.request();
+                let r = self.committer.wait_for(std::time::Duration::from_millis(1));
+                self.counters
+                    .idle_call_max_micros
+                    .fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                r?;
+                return Ok(Some(1));
+            }
+        }
+        Ok(Some(done))
+    }
+
+    /// [`Self::step`]; without `wait`, `None` at once when another thread holds the job.
+    fn step_unless_busy(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
         let locking = std::time::Instant::now();
-        let mut slot = self.job.lock();
+        let slot = if wait {
+            self.job.lock()
+        } else {
+            match self.job.try_lock() {
+                Some(slot) => slot,
+                None => return Ok(None),
+            }
+        };
         self.counters
             .job_lock_wait_max_micros
             .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.step_holding(slot, budget).map(Some)
+    }
+
+    /// [`Self::step`] with the job's lock held.
+    fn step_holding(
+        &self,
+        mut slot: parking_lot::MutexGuard<'_, Option<job::Job>>,
+        budget: u64,
+    ) -> Result<u64> {
         if slot.is_none() {
             let v = self.version();
             self.update_mk(&v);
@@ -1008,33 +1066,11 @@ impl Index for Iam {
     /// resumable ([`job`]): a call does a bounded part of it, so no caller waits for a whole
     /// flush, split or combine.
     fn work(&self, budget: u64) -> Result<u64> {
-        self.committer.error()?;
-        let budget = budget.max(1);
-        let mut done = 0u64;
-        while done < budget {
-            let n = self.step(budget - done)?;
-            if n == 0 {
-                break;
-            }
-            self.units_done.fetch_add(n, Ordering::Relaxed);
-            done += n;
-        }
-        if done == 0 {
-            let t = std::time::Instant::now();
-            if self.dirty() || self.committer.busy() {
-                // Nothing to do but make the tree durable (the committer does the I/O). The Db
-                // calls `work` without debt only from a background thread, a flush or a close,
-                // which call again until it is done.
-                self.committer.request();
-                let r = self.committer.wait_for(std::time::Duration::from_millis(1));
-                self.counters
-                    .idle_call_max_micros
-                    .fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
-                r?;
-                return Ok(1);
-            }
-        }
-        Ok(done)
+        Ok(self.work_as(budget, true)?.unwrap_or(0))
+    }
+
+    fn work_unless_busy(&self, budget: u64) -> Result<Option<u64>> {
+        self.work_as(budget, false)
     }
 
     fn durable_seq(&self) -> u64 {
