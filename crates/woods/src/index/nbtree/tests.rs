@@ -912,7 +912,7 @@ fn db_options(background_threads: usize) -> crate::Options {
 }
 
 /// Through the Db, with no background thread (writers do all the work through pacing): no
-/// writer ever waits for memtable room, so every job finished before the next freeze, and
+/// writer ever finds a job left at a freeze, so every job finished before the next one, and
 /// the largest work call stays a small share of a memtable. (The Db works in steps of
 /// memtable/256, at least 16 KiB: with a 1 MiB memtable that is σ/64; at the suite's 64 KiB a
 /// step is σ/4, and the rest of a job whose bound is tight may be left for the freeze.)
@@ -932,11 +932,16 @@ fn db_pacing_finishes_every_job_before_the_next_freeze() {
     }
     let s = db.stats();
     println!(
-        "switches {} pacing delays {} stalls {} height {} {:?}",
-        s.memtable_switches, s.pacing_delays, s.stalls, s.index.height, s.index.counters
+        "switches {} pacing delays {} stalls {} height {} {:?} {:?}",
+        s.memtable_switches, s.pacing_delays, s.stalls, s.index.height, s.index.counters, s.waits
     );
     assert!(s.memtable_switches > 25 && s.index.height >= 4);
-    assert_eq!(s.stalls, 0, "a writer waited for a job at a freeze");
+    // A freeze may still wait for a commit while `MAX_PENDING_MEMTABLES` frozen memtables
+    // await theirs (a loaded host's slow syncs), with the job done: that is not a job left.
+    assert_eq!(
+        s.waits["rotation_debt_max"], 0,
+        "a writer waited for a job at a freeze"
+    );
     assert!(s.pacing_delays > 0);
     assert!(
         s.index.counters["max_work_call_units"] < (1 << 20) / 4,
