@@ -9,8 +9,8 @@
 //! kept: every later [`Committer::error`] returns it, so the Db turns read-only.
 //!
 //! Whether the published version is the committed one is a mark the [`Committer`] keeps: a
-//! generation counted at each publish ([`Committer::publish`]) and the generation of the last
-//! durable commit, both atomics, so that [`Durable::dirty`] never waits for the lock a commit
+//! generation counted at each publish ([`Versions::publish`]) and the generation of the last
+//! commit, both atomics, so that [`Durable::dirty`] never waits for the lock a commit
 //! holds through its data sync and manifest fsync (a writer's paced `work` call that asked
 //! under that lock waited for a whole commit: `fdtree-d`'s 220-322 ms waits in
 //! `docs/results/stalls/`).
@@ -77,7 +77,8 @@ impl<'a> Commits<'a> {
 
     /// Syncs the data file (as `sync` says), commits `commit` (the version of generation
     /// `generation`, [`Committer::published`]) to the manifest, then marks its `durable_seq`
-    /// durable and its generation committed, and counts the commit, timed from `started`.
+    /// and its generation durable ([`Committer::is_committed`]; [`Committer::dirty`] follows
+    /// once the kind's `commit` returns), and counts the commit, timed from `started`.
     ///
     /// A failed commit may still have reached the manifest (a write that went through, then a
     /// failed sync): the caller keeps its committed version, so what that names stays
@@ -96,7 +97,7 @@ impl<'a> Commits<'a> {
         let seq = commit.durable_seq;
         self.manifest.commit(commit)?;
         self.durable.store(seq, Ordering::Release);
-        self.committer.mark_committed(generation);
+        self.committer.durable.store(generation, Ordering::Release);
         self.count.fetch_add(1, Ordering::Relaxed);
         let us = started.elapsed().as_micros().min(u64::MAX as u128) as u64;
         self.max_micros.fetch_max(us, Ordering::Relaxed);
@@ -266,7 +267,14 @@ pub struct Committer {
     cv: Condvar,
     /// The generation of the published version: counted by [`Committer::publish`].
     published: AtomicU64,
-    /// The generation of the last committed version (the one open found is 0).
+    /// The generation of the last durable commit ([`Commits::commit`]; the version open found
+    /// is 0).
+    durable: AtomicU64,
+    /// `durable` once the commit's aftermath is done too: the index's committed state replaced
+    /// (what the old one kept allocated let go) and [`Durable::after_commit`] run. What
+    /// [`Committer::dirty`] reads, so that a caller that finds the index clean (a drain before
+    /// it gives free space back, a flush) finds it settled, as it did when it asked under the
+    /// index's lock.
     committed: AtomicU64,
 }
 
@@ -284,14 +292,16 @@ impl Committer {
         self.published.load(Ordering::Acquire)
     }
 
-    /// Whether `generation` is the committed one: nothing to commit.
+    /// Whether `generation` is the last one committed durably: nothing to commit.
     pub fn is_committed(&self, generation: u64) -> bool {
-        self.committed.load(Ordering::Acquire) == generation
+        self.durable.load(Ordering::Acquire) == generation
     }
 
-    /// Marks `generation` committed: called once its commit is durable (by
-    /// [`Commits::commit`]), or at open for a version the manifest already holds.
+    /// Marks `generation` committed: at open, a version the manifest already holds. (A commit
+    /// marks its own: [`Commits::commit`], then the thread once the commit's aftermath is
+    /// done.)
     pub fn mark_committed(&self, generation: u64) {
+        self.durable.store(generation, Ordering::Release);
         self.committed.store(generation, Ordering::Release);
     }
 
@@ -386,6 +396,8 @@ impl Committer {
             }
             let res = index.commit();
             index.after_commit();
+            self.committed
+                .store(self.durable.load(Ordering::Acquire), Ordering::Release);
             let mut r = self.req.lock();
             r.in_flight = false;
             if let Err(e) = res {

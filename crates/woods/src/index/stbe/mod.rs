@@ -1170,10 +1170,6 @@ impl Shared {
         self.committer.request();
     }
 
-    fn wait_commit(&self) -> Result<()> {
-        self.committer.wait()
-    }
-
     fn wait_commit_for(&self, limit: std::time::Duration) -> Result<()> {
         self.committer.wait_for(limit)
     }
@@ -1351,16 +1347,12 @@ impl Shared {
             }
         }
         if !self.awaiting.lock().is_empty() || self.dirty() {
-            // Nothing else to do: make the trunk durable (the committer does the I/O). With
-            // no debt left (a flush, a drain, an idle worker) wait for it; a writer paying
-            // debt that other threads hold the work of waits at most a moment, never for an
-            // fsync. Either way this is progress: never 0 while a memtable awaits its commit.
+            // Nothing else to do: make the trunk durable (the committer does the I/O), and wait
+            // for it at most a moment, debt or none: a writer whose debt ended just before its
+            // call waited here for a whole commit. Progress all the same: never 0 while a
+            // memtable awaits its commit, so a flush, a drain or a close calls again.
             self.request_commit();
-            if self.debt_units() == 0 {
-                self.wait_commit()?;
-            } else {
-                self.wait_commit_for(std::time::Duration::from_millis(1))?;
-            }
+            self.wait_commit_for(std::time::Duration::from_millis(1))?;
             return Ok(1);
         }
         if self.debt_units() > 0 {
