@@ -13,98 +13,29 @@
 //! (before the cap, this test saw 10 to 25 of them pending at once).
 //!
 //! The disk is made slow by a file system that wraps the real one and waits `SLOW_SYNC` before
-//! every sync of the data file and the manifest (a model of a slow device; the assertions do not
-//! depend on it: with the cap the count is bounded whatever the syncs take, and without it the
-//! slowness is what lets memtables pile up).
+//! every sync of the data file and the manifest (`common/sync_hook.rs`; a model of a slow
+//! device; the assertions do not depend on it: with the cap the count is bounded whatever the
+//! syncs take, and without it the slowness is what lets memtables pile up).
 
 mod common;
 
-use std::any::Any;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::sync_hook::{Event, SyncHookFs};
 use woods::db::{BackgroundGate, MAX_PENDING_MEMTABLES};
-use woods::storage::{File, Fs, OpenMode, RealFs, SharedMap};
 use woods::{Db, IndexKind, Options};
 
 /// What one sync of the data file or the manifest takes on the model slow disk.
 const SLOW_SYNC: Duration = Duration::from_millis(20);
 
 /// The real file system, with slow syncs of every file but the log files.
-struct SlowSyncs(RealFs);
-
-struct SlowFile {
-    inner: Arc<dyn File>,
-    /// A log file: its syncs are the writers' own and stay fast.
-    log: bool,
-}
-
-impl Fs for SlowSyncs {
-    fn create_dir_all(&self, dir: &Path) -> woods::Result<()> {
-        self.0.create_dir_all(dir)
-    }
-    fn open(&self, path: &Path, mode: OpenMode) -> woods::Result<Arc<dyn File>> {
-        let log = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("wal-") && n.ends_with(".log"));
-        Ok(Arc::new(SlowFile {
-            inner: self.0.open(path, mode)?,
-            log,
-        }))
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.0.exists(path)
-    }
-    fn remove(&self, path: &Path) -> woods::Result<()> {
-        self.0.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> woods::Result<()> {
-        self.0.rename(from, to)
-    }
-    fn list(&self, dir: &Path) -> woods::Result<Vec<String>> {
-        self.0.list(dir)
-    }
-    fn sync_dir(&self, dir: &Path) -> woods::Result<()> {
-        self.0.sync_dir(dir)
-    }
-    fn lock(&self, path: &Path) -> woods::Result<Box<dyn Any + Send + Sync>> {
-        self.0.lock(path)
-    }
-}
-
-impl File for SlowFile {
-    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> woods::Result<()> {
-        self.inner.read_exact_at(buf, off)
-    }
-    fn read_at(&self, buf: &mut [u8], off: u64) -> woods::Result<usize> {
-        self.inner.read_at(buf, off)
-    }
-    fn write_all_at(&self, buf: &[u8], off: u64) -> woods::Result<()> {
-        self.inner.write_all_at(buf, off)
-    }
-    fn sync(&self) -> woods::Result<()> {
-        if !self.log {
+fn slow_syncs() -> SyncHookFs {
+    SyncHookFs::new(|e| {
+        if e == Event::IndexSync {
             std::thread::sleep(SLOW_SYNC);
         }
-        self.inner.sync()
-    }
-    fn len(&self) -> woods::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> woods::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn is_direct(&self) -> bool {
-        self.inner.is_direct()
-    }
-    fn punch_hole(&self, off: u64, len: u64) -> woods::Result<()> {
-        self.inner.punch_hole(off, len)
-    }
-    fn map_for_append(&self, len: u64) -> woods::Result<Option<SharedMap>> {
-        self.inner.map_for_append(len)
-    }
+    })
 }
 
 /// How the background threads run.
@@ -133,7 +64,7 @@ fn write_slowly(kind: &IndexKind, threads: Threads, n: u64, seed: u64) -> woods:
         dir.path(),
         Options {
             index: Some(kind.clone()),
-            fs: Some(Arc::new(SlowSyncs(RealFs))),
+            fs: Some(Arc::new(slow_syncs())),
             // 1 MiB: `pbt`'s buffer (the suite's half of the cache) then holds several
             // memtables before a switch.
             cache_bytes: 1 << 20,

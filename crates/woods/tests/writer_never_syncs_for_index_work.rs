@@ -17,17 +17,16 @@
 //! got a committer too.
 //!
 //! The syncs are counted by a file system that wraps the real one and counts, per thread, the
-//! syncs of files other than log files and every removal. (A log file's own syncs are the
-//! log's: with the thread held, the writer that rotates creates the next log file itself.)
+//! syncs of files other than log files and every removal (`common/sync_hook.rs`). (A log file's
+//! own syncs are the log's: with the thread held, the writer that rotates creates the next log
+//! file itself.)
 
 mod common;
 
-use std::any::Any;
 use std::cell::Cell;
-use std::path::Path;
 use std::sync::Arc;
 
-use woods::storage::{File, Fs, OpenMode, RealFs, SharedMap};
+use common::sync_hook::{Event, SyncHookFs};
 use woods::{db::BackgroundGate, Db, IndexKind, Options};
 
 thread_local! {
@@ -45,81 +44,12 @@ fn read(c: &'static std::thread::LocalKey<Cell<u64>>) -> u64 {
     c.with(Cell::get)
 }
 
-/// The real file system, counting each thread's syncs and removals.
-struct Counting(RealFs);
-
-struct CountingFile {
-    inner: Arc<dyn File>,
-    /// A log file: its syncs are the log's, not the index's.
-    log: bool,
-}
-
-impl Fs for Counting {
-    fn create_dir_all(&self, dir: &Path) -> woods::Result<()> {
-        self.0.create_dir_all(dir)
-    }
-    fn open(&self, path: &Path, mode: OpenMode) -> woods::Result<Arc<dyn File>> {
-        let log = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("wal-") && n.ends_with(".log"));
-        Ok(Arc::new(CountingFile {
-            inner: self.0.open(path, mode)?,
-            log,
-        }))
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.0.exists(path)
-    }
-    fn remove(&self, path: &Path) -> woods::Result<()> {
-        bump(&REMOVES);
-        self.0.remove(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> woods::Result<()> {
-        self.0.rename(from, to)
-    }
-    fn list(&self, dir: &Path) -> woods::Result<Vec<String>> {
-        self.0.list(dir)
-    }
-    fn sync_dir(&self, dir: &Path) -> woods::Result<()> {
-        self.0.sync_dir(dir)
-    }
-    fn lock(&self, path: &Path) -> woods::Result<Box<dyn Any + Send + Sync>> {
-        self.0.lock(path)
-    }
-}
-
-impl File for CountingFile {
-    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> woods::Result<()> {
-        self.inner.read_exact_at(buf, off)
-    }
-    fn read_at(&self, buf: &mut [u8], off: u64) -> woods::Result<usize> {
-        self.inner.read_at(buf, off)
-    }
-    fn write_all_at(&self, buf: &[u8], off: u64) -> woods::Result<()> {
-        self.inner.write_all_at(buf, off)
-    }
-    fn sync(&self) -> woods::Result<()> {
-        if !self.log {
-            bump(&INDEX_SYNCS);
-        }
-        self.inner.sync()
-    }
-    fn len(&self) -> woods::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> woods::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn is_direct(&self) -> bool {
-        self.inner.is_direct()
-    }
-    fn punch_hole(&self, off: u64, len: u64) -> woods::Result<()> {
-        self.inner.punch_hole(off, len)
-    }
-    fn map_for_append(&self, len: u64) -> woods::Result<Option<SharedMap>> {
-        self.inner.map_for_append(len)
-    }
+/// The real file system, counting each thread's index syncs and removals.
+fn counting() -> SyncHookFs {
+    SyncHookFs::new(|e| match e {
+        Event::IndexSync => bump(&INDEX_SYNCS),
+        Event::Remove => bump(&REMOVES),
+    })
 }
 
 /// Puts `n` random keys with one background thread held at its gate throughout; returns the
@@ -131,7 +61,7 @@ fn held_back(kind: IndexKind, n: u64, seed: u64) -> (u64, u64, woods::Stats) {
         dir.path(),
         Options {
             index: Some(kind),
-            fs: Some(Arc::new(Counting(RealFs))),
+            fs: Some(Arc::new(counting())),
             cache_bytes: 256 << 10,
             memtable_bytes: 64 << 10,
             background_threads: 1,

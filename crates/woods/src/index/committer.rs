@@ -7,6 +7,13 @@
 //! longer reaches an extent is durable, the index keeps a reference to the last committed
 //! version, which keeps that extent allocated (DESIGN.md's reuse rule). A failed commit is
 //! kept: every later [`Committer::error`] returns it, so the Db turns read-only.
+//!
+//! Whether the published version is the committed one is a mark the [`Committer`] keeps: a
+//! generation counted at each publish ([`Versions::publish`]) and the generation of the last
+//! commit, both atomics, so that [`Durable::dirty`] never waits for the lock a commit
+//! holds through its data sync and manifest fsync (a writer's paced `work` call that asked
+//! under that lock waited for a whole commit: `fdtree-d`'s 220-322 ms waits in
+//! `docs/results/stalls/`).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,8 +21,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
+use super::IndexContext;
 use crate::error::{Error, Result};
 use crate::manifest::{Commit, Manifest};
 use crate::storage::{Extent, PageFile};
@@ -34,32 +42,62 @@ pub enum DataSync {
 /// way ([`Commits::commit`]).
 pub struct Commits<'a> {
     /// The data file, synced before the manifest names what the commit reaches.
-    pub store: &'a PageFile,
+    store: &'a PageFile,
     /// The manifest the commit goes to.
-    pub manifest: &'a Manifest,
+    manifest: &'a Manifest,
+    /// Its mark of the committed generation, set once the commit is durable.
+    committer: &'a Committer,
     /// The index's durable sequence number, raised once the commit is durable.
-    pub durable: &'a AtomicU64,
+    durable: &'a AtomicU64,
     /// Commits made.
-    pub count: &'a AtomicU64,
+    count: &'a AtomicU64,
     /// The longest commit in microseconds (from its `started`).
-    pub max_micros: &'a AtomicU64,
+    max_micros: &'a AtomicU64,
 }
 
-impl Commits<'_> {
-    /// Syncs the data file (as `sync` says), commits `commit` to the manifest, then marks its
-    /// `durable_seq` durable and counts the commit, timed from `started`.
+impl<'a> Commits<'a> {
+    /// A commit of the index in `ctx` whose thread is `committer`: it raises `durable`, counts
+    /// itself in `count` and its time in `max_micros`.
+    pub fn new(
+        ctx: &'a IndexContext,
+        committer: &'a Committer,
+        durable: &'a AtomicU64,
+        count: &'a AtomicU64,
+        max_micros: &'a AtomicU64,
+    ) -> Commits<'a> {
+        Commits {
+            store: &ctx.store,
+            manifest: &ctx.manifest,
+            committer,
+            durable,
+            count,
+            max_micros,
+        }
+    }
+
+    /// Syncs the data file (as `sync` says), commits `commit` (the version of generation
+    /// `generation`, [`Committer::published`]) to the manifest, then marks its `durable_seq`
+    /// and its generation durable ([`Committer::is_committed`]; [`Committer::dirty`] follows
+    /// once the kind's `commit` returns), and counts the commit, timed from `started`.
     ///
     /// A failed commit may still have reached the manifest (a write that went through, then a
     /// failed sync): the caller keeps its committed version, so what that names stays
     /// allocated, and the Db turns read-only (the committer keeps the error); a reopen rebuilds
     /// the allocator from what the manifest holds.
-    pub fn commit(&self, commit: Commit, sync: DataSync, started: Instant) -> Result<()> {
+    pub fn commit(
+        &self,
+        commit: Commit,
+        generation: u64,
+        sync: DataSync,
+        started: Instant,
+    ) -> Result<()> {
         if sync == DataSync::Always || !commit.added.is_empty() {
             self.store.sync()?;
         }
         let seq = commit.durable_seq;
         self.manifest.commit(commit)?;
         self.durable.store(seq, Ordering::Release);
+        self.committer.durable.store(generation, Ordering::Release);
         self.count.fetch_add(1, Ordering::Relaxed);
         let us = started.elapsed().as_micros().min(u64::MAX as u128) as u64;
         self.max_micros.fetch_max(us, Ordering::Relaxed);
@@ -78,19 +116,81 @@ pub fn extent_difference(
     )
 }
 
+/// An index's published version: readers take it at once ([`Versions::get`]), and it changes
+/// only through [`Versions::publish`], which counts the new generation in the index's
+/// [`Committer`] under the same lock, so that no published version escapes the mark.
+pub struct Versions<V> {
+    current: RwLock<Arc<V>>,
+}
+
+impl<V> Versions<V> {
+    /// `v` published, as generation 0 (a version the manifest holds: committed).
+    pub fn new(v: Arc<V>) -> Versions<V> {
+        Versions {
+            current: RwLock::new(v),
+        }
+    }
+
+    /// The published version.
+    pub fn get(&self) -> Arc<V> {
+        self.current.read().clone()
+    }
+
+    /// Publishes the version `next` makes of the published one (under the lock: no other
+    /// publish comes between), counting its generation in `committer`.
+    pub fn publish(&self, committer: &Committer, next: impl FnOnce(&Arc<V>) -> Arc<V>) {
+        let mut cur = self.current.write();
+        let v = next(&cur);
+        committer.publish();
+        *cur = v;
+    }
+
+    /// The published version and its generation in `committer`, read together (what a commit
+    /// commits).
+    pub fn published(&self, committer: &Committer) -> (Arc<V>, u64) {
+        let (v, generation, ()) = self.published_with(committer, || ());
+        (v, generation)
+    }
+
+    /// [`Versions::published`], with what `read` reads under the same lock (what the index
+    /// sets with a publish, in its `next`).
+    pub fn published_with<T>(
+        &self,
+        committer: &Committer,
+        read: impl FnOnce() -> T,
+    ) -> (Arc<V>, u64, T) {
+        let cur = self.current.read();
+        (cur.clone(), committer.published(), read())
+    }
+}
+
 /// What a committer thread commits.
 pub trait Durable: Send + Sync + 'static {
     /// Commits the published version if it is not the committed one; returns whether it did.
     fn commit(&self) -> Result<bool>;
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool;
+    /// Whether the published version is not the committed one ([`Committer::dirty`]: takes no
+    /// lock a commit holds).
+    fn dirty(&self) -> bool {
+        self.committer().dirty()
+    }
     /// Runs after every commit attempt, successful or not.
     fn after_commit(&self) {}
     /// The committer of this index.
     fn committer(&self) -> &Committer;
     /// The page file the index's versions live in.
     fn store(&self) -> &PageFile;
+    /// Tests: takes the lock the committer thread holds through a whole commit, as a commit in
+    /// progress does.
+    #[cfg(test)]
+    fn hold_commit_lock(&self) -> Box<dyn Held + '_>;
 }
+
+/// Tests: a held lock ([`Durable::hold_commit_lock`]), released when dropped.
+#[cfg(test)]
+pub trait Held {}
+
+#[cfg(test)]
+impl<T> Held for T {}
 
 /// An index's shared state and the thread that commits it, stopped when this is dropped.
 pub struct WithCommitter<D: Durable> {
@@ -159,14 +259,71 @@ struct Request {
     error: Option<Error>,
 }
 
-/// The committer's requests and its error; shared by the index and its thread.
+/// The committer's requests, its error and its mark of the published and committed
+/// generations; shared by the index and its thread.
 #[derive(Default)]
 pub struct Committer {
     req: Mutex<Request>,
     cv: Condvar,
+    /// The generation of the published version: counted by [`Committer::publish`].
+    published: AtomicU64,
+    /// The generation of the last durable commit ([`Commits::commit`]; the version open found
+    /// is 0).
+    durable: AtomicU64,
+    /// `durable` once the commit's aftermath is done too: the index's committed state replaced
+    /// (what the old one kept allocated let go) and [`Durable::after_commit`] run. What
+    /// [`Committer::dirty`] reads, so that a caller that finds the index clean (a drain before
+    /// it gives free space back, a flush) finds it settled, as it did when it asked under the
+    /// index's lock.
+    committed: AtomicU64,
 }
 
 impl Committer {
+    /// Counts a new published version and returns its generation ([`Versions::publish`], under
+    /// the lock the version is swapped under: a commit reads the version and
+    /// [`Committer::published`] together under that lock, so the generation it marks committed
+    /// is its version's, and [`Committer::dirty`] turns true no later than the lock is let go).
+    fn publish(&self) -> u64 {
+        self.published.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The generation of the published version.
+    fn published(&self) -> u64 {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// Whether `generation` is the last one committed durably: nothing to commit.
+    pub fn is_committed(&self, generation: u64) -> bool {
+        self.durable.load(Ordering::Acquire) == generation
+    }
+
+    /// Marks `generation` committed: at open, a version the manifest already holds. (A commit
+    /// marks its own: [`Commits::commit`], then the thread once the commit's aftermath is
+    /// done.)
+    pub fn mark_committed(&self, generation: u64) {
+        self.durable.store(generation, Ordering::Release);
+        self.committed.store(generation, Ordering::Release);
+    }
+
+    /// Whether the published version is not the committed one. Two atomics, no lock: a writer
+    /// asking never waits for a commit under way.
+    pub fn dirty(&self) -> bool {
+        self.published() != self.committed.load(Ordering::Acquire)
+    }
+
+    /// A `work` call that found no job: nothing to do but make the published version durable,
+    /// which this thread does. Returns 0 when that is done too; else asks for a commit, waits
+    /// for it at most a moment and returns 1: a flush, a drain or a close calls again until it
+    /// gets 0, and a writer whose debt ended just before its call waits no longer than that.
+    pub fn idle_work(&self) -> Result<u64> {
+        if !self.dirty() && !self.busy() {
+            return Ok(0);
+        }
+        self.request();
+        self.wait_for(Duration::from_millis(1))?;
+        Ok(1)
+    }
+
     /// Asks for a commit of the published version.
     pub fn request(&self) {
         self.req.lock().requested = true;
@@ -239,6 +396,8 @@ impl Committer {
             }
             let res = index.commit();
             index.after_commit();
+            self.committed
+                .store(self.durable.load(Ordering::Acquire), Ordering::Release);
             let mut r = self.req.lock();
             r.in_flight = false;
             if let Err(e) = res {
@@ -249,3 +408,6 @@ impl Committer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

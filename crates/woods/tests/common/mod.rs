@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod generations;
+pub mod sync_hook;
 pub mod wal_damage;
 
 use std::sync::Arc;

@@ -35,14 +35,16 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use self::filter::Routed;
 use self::hash::{run_key, split_run_key, Fingerprint};
 use self::job::{Job, Setup};
 use self::policy::{choose, full_chain, Choice};
 use self::version::{encode_meta, Level, MetaState, Version};
-use super::committer::{extent_difference, Commits, Committer, DataSync, Durable, WithCommitter};
+use super::committer::{
+    extent_difference, Commits, Committer, DataSync, Durable, Versions, WithCommitter,
+};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -74,7 +76,7 @@ struct Counters {
 pub struct Tree {
     ctx: IndexContext,
     params: BoaParams,
-    current: RwLock<Arc<Version>>,
+    current: Versions<Version>,
     /// Frozen memtables waiting to become level-1 runs, oldest first.
     queue: Mutex<VecDeque<Arc<Memtable>>>,
     /// The flush or merge in progress; one at a time.
@@ -100,7 +102,8 @@ pub struct Tree {
 }
 
 struct Committed {
-    version: Arc<Version>,
+    /// Held, so that what it reaches stays allocated.
+    _version: Arc<Version>,
     extents: HashSet<Extent>,
 }
 
@@ -152,14 +155,14 @@ impl Boa {
             seed: state.seed,
             ctx,
             params,
-            current: RwLock::new(Arc::new(Version::default())),
+            current: Versions::new(Arc::new(Version::default())),
             queue: Mutex::new(VecDeque::new()),
             job: Mutex::new(None),
             progress: AtomicU64::new(0),
             meta: Mutex::new(state),
             durable: AtomicU64::new(durable_seq),
             committed: Mutex::new(Committed {
-                version: Arc::new(Version::default()),
+                _version: Arc::new(Version::default()),
                 extents: HashSet::new(),
             }),
             retired_filters: Mutex::new(Vec::new()),
@@ -168,10 +171,12 @@ impl Boa {
             counters: Counters::default(),
         };
         tree.publish(version);
-        let v = tree.version();
+        // What the manifest holds: committed.
+        let (v, generation) = tree.current.published(&tree.committer);
+        tree.committer.mark_committed(generation);
         *tree.committed.lock() = Committed {
             extents: extents_of(&v),
-            version: v,
+            _version: v,
         };
         WithCommitter::start("boa-commit", tree)
     }
@@ -179,7 +184,7 @@ impl Boa {
 
 impl Tree {
     fn version(&self) -> Arc<Version> {
-        self.current.read().clone()
+        self.current.get()
     }
 
     fn max_runs(&self) -> usize {
@@ -197,7 +202,7 @@ impl Tree {
         let cache = self.ctx.store.cache();
         cache.reserve(bytes);
         cache.unreserve(old);
-        *self.current.write() = Arc::new(v);
+        self.current.publish(&self.committer, |_| Arc::new(v));
     }
 
     fn setup(&self) -> Setup<'_> {
@@ -484,29 +489,29 @@ impl Tree {
     fn commit_published(&self) -> Result<bool> {
         let mut c = self.committed.lock();
         let t = std::time::Instant::now();
-        let v = self.version();
-        if Arc::ptr_eq(&v, &c.version) {
+        let (v, generation) = self.current.published(&self.committer);
+        if self.committer.is_committed(generation) {
             return Ok(false);
         }
         let now = extents_of(&v);
         let (added, freed) = extent_difference(&c.extents, &now);
         let meta = *self.meta.lock();
-        let commits = Commits {
-            store: &self.ctx.store,
-            manifest: &self.ctx.manifest,
-            durable: &self.durable,
-            count: &self.counters.commits,
-            max_micros: &self.counters.commit_max_micros,
-        };
+        let commits = Commits::new(
+            &self.ctx,
+            &self.committer,
+            &self.durable,
+            &self.counters.commits,
+            &self.counters.commit_max_micros,
+        );
         let commit = Commit {
             index_meta: encode_meta(&v, &meta),
             durable_seq: v.seq,
             added,
             freed,
         };
-        commits.commit(commit, DataSync::WhenAdded, t)?;
+        commits.commit(commit, generation, DataSync::WhenAdded, t)?;
         *c = Committed {
-            version: v,
+            _version: v,
             extents: now,
         };
         // A retired filter is named by no version published after it retired, so one the
@@ -525,14 +530,13 @@ impl Tree {
 }
 
 impl Durable for Tree {
-    fn commit(&self) -> Result<bool> {
-        self.commit_published()
+    #[cfg(test)]
+    fn hold_commit_lock(&self) -> Box<dyn super::committer::Held + '_> {
+        Box::new(self.committed.lock())
     }
 
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool {
-        let published = self.version();
-        !Arc::ptr_eq(&published, &self.committed.lock().version)
+    fn commit(&self) -> Result<bool> {
+        self.commit_published()
     }
 
     fn committer(&self) -> &Committer {
@@ -590,16 +594,7 @@ impl Index for Boa {
         }
         let Some(job) = g.as_mut() else {
             drop(g);
-            if !self.dirty() && !self.committer.busy() {
-                return Ok(0);
-            }
-            // Nothing to do but make the levels durable (the committer does the I/O). The Db
-            // calls `work` with no debt only from a background thread, a flush or a close,
-            // which call again until it is done.
-            self.committer.request();
-            self.committer
-                .wait_for(std::time::Duration::from_millis(1))?;
-            return Ok(1);
+            return self.committer.idle_work();
         };
         let before = job.done;
         let finished = match job.step(budget) {

@@ -46,14 +46,16 @@ mod tests;
 
 use std::collections::HashSet;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use self::job::{capacity, Job, Sizing, STEP_KINDS};
 use self::version::{decode_meta, encode_meta, open_levels, Level, Version};
-use super::committer::{extent_difference, Commits, Committer, DataSync, Durable, WithCommitter};
+use super::committer::{
+    extent_difference, Commits, Committer, DataSync, Durable, Versions, WithCommitter,
+};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -99,7 +101,8 @@ struct Counters {
 
 /// The last committed version and the extents its levels reach.
 struct Committed {
-    version: Arc<Version>,
+    /// Held, so that what it reaches stays allocated.
+    _version: Arc<Version>,
     extents: HashSet<Extent>,
 }
 
@@ -110,7 +113,7 @@ pub struct Tree {
     /// k and |L0| in items, as resolved when the tree was created.
     k: u64,
     l0: u64,
-    current: RwLock<Arc<Version>>,
+    current: Versions<Version>,
     /// The absorbed head tree waiting for its cascade.
     queued: Mutex<Option<Arc<Memtable>>>,
     /// The cascade under way (one at a time; held while a step runs).
@@ -122,9 +125,6 @@ pub struct Tree {
     /// The last committed version: it keeps every extent it reaches allocated, and through its
     /// epoch every extent retired since, until a newer commit is durable.
     committed: Mutex<Committed>,
-    /// The address of `committed`'s version (alive while it is the committed one), so that
-    /// [`Tree::dirty`] never waits for the lock the committer holds through a whole commit.
-    committed_at: AtomicUsize,
     committer: Committer,
     counters: Counters,
 }
@@ -151,7 +151,7 @@ impl FdTree {
             .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
         if slot.is_none() && self.queued.lock().is_none() {
             drop(slot);
-            let r = self.idle_work();
+            let r = self.committer.idle_work();
             c.idle_call_max_micros
                 .fetch_max(locking.elapsed().as_micros() as u64, Ordering::Relaxed);
             return r.map(Some);
@@ -216,15 +216,14 @@ impl FdTree {
             params,
             k,
             l0,
-            current: RwLock::new(version.clone()),
+            current: Versions::new(version.clone()),
             queued: Mutex::new(None),
             job: Mutex::new(None),
             debt: AtomicU64::new(0),
             durable: AtomicU64::new(durable_seq),
-            committed_at: AtomicUsize::new(Arc::as_ptr(&version) as usize),
             committed: Mutex::new(Committed {
                 extents: extents_of(&version.levels),
-                version,
+                _version: version,
             }),
             committer: Committer::default(),
             counters: Counters::default(),
@@ -270,7 +269,7 @@ impl Tree {
 
     /// The published version.
     pub fn version(&self) -> Arc<Version> {
-        self.current.read().clone()
+        self.current.get()
     }
 
     /// The most work units one call of `work` has done so far.
@@ -396,7 +395,8 @@ impl Tree {
         );
         c.entries_merged
             .fetch_add(job.mem.len() as u64, Ordering::Relaxed);
-        *self.current.write() = Arc::new(Version::new(levels, Some(head), epoch, seq));
+        let v = Arc::new(Version::new(levels, Some(head), epoch, seq));
+        self.current.publish(&self.committer, |_| v);
         {
             let mut q = self.queued.lock();
             if q.as_ref().is_some_and(|m| Arc::ptr_eq(m, &job.mem)) {
@@ -413,30 +413,28 @@ impl Tree {
     fn commit_published(&self) -> Result<bool> {
         let mut c = self.committed.lock();
         let t = std::time::Instant::now();
-        let v = self.version();
-        if Arc::ptr_eq(&v, &c.version) {
+        let (v, generation) = self.current.published(&self.committer);
+        if self.committer.is_committed(generation) {
             return Ok(false);
         }
         let now = extents_of(&v.levels);
         let (added, freed) = extent_difference(&c.extents, &now);
-        let commits = Commits {
-            store: &self.ctx.store,
-            manifest: &self.ctx.manifest,
-            durable: &self.durable,
-            count: &self.counters.commits,
-            max_micros: &self.counters.commit_max_micros,
-        };
+        let commits = Commits::new(
+            &self.ctx,
+            &self.committer,
+            &self.durable,
+            &self.counters.commits,
+            &self.counters.commit_max_micros,
+        );
         let commit = Commit {
             index_meta: encode_meta(self.k, self.l0, &v.levels),
             durable_seq: v.seq,
             added,
             freed,
         };
-        commits.commit(commit, DataSync::WhenAdded, t)?;
-        self.committed_at
-            .store(Arc::as_ptr(&v) as usize, Ordering::Release);
+        commits.commit(commit, generation, DataSync::WhenAdded, t)?;
         *c = Committed {
-            version: v,
+            _version: v,
             extents: now,
         };
         Ok(true)
@@ -529,13 +527,9 @@ impl Iterator for Pinned {
 }
 
 impl Durable for Tree {
-    /// Whether the published version is not the committed one. Takes no lock the committer
-    /// holds through a whole commit: a writer's paced `work` call that found the job just
-    /// finished waited here for a data-file sync and a manifest commit (`fdtree-d`'s longest
-    /// waits, up to 322 ms, and `iam`'s up to 197 ms in `docs/results/stalls/`).
-    fn dirty(&self) -> bool {
-        let published = self.version();
-        Arc::as_ptr(&published) as usize != self.committed_at.load(Ordering::Acquire)
+    #[cfg(test)]
+    fn hold_commit_lock(&self) -> Box<dyn super::committer::Held + '_> {
+        Box::new(self.committed.lock())
     }
 
     fn commit(&self) -> Result<bool> {
@@ -702,19 +696,6 @@ impl Index for FdTree {
 }
 
 impl Tree {
-    /// A `work` call that found no cascade: nothing to do but make the tree durable (the
-    /// committer does the I/O). The Db calls `work` with no debt only from a background
-    /// thread, a flush or a close, which call again until it is done.
-    fn idle_work(&self) -> Result<u64> {
-        if !self.dirty() && !self.committer.busy() {
-            return Ok(0);
-        }
-        self.committer.request();
-        self.committer
-            .wait_for(std::time::Duration::from_millis(1))?;
-        Ok(1)
-    }
-
     fn kind_name(&self) -> &'static str {
         if self.params.deamortized {
             "fdtree-d"

@@ -496,40 +496,6 @@ fn deamortized_work_is_bounded_per_call() {
     assert_eq!(plain.scan(), de.scan());
 }
 
-/// Found by the stall counters (issue 20, `docs/results/stalls/`): a writer's paced `work`
-/// call that found the cascade just finished (its debt read a moment before) asked whether
-/// the tree was dirty under the lock the committer thread holds through a whole commit (a
-/// data-file sync and a manifest commit), and so waited for the commit: `fdtree-d`'s longest
-/// waits, 220–322 ms. Here the test holds that lock, as a commit in progress does, and a
-/// `work` call and `background_work` must still return. (The timeout only turns the old hang
-/// into a failure; nothing is timed.)
-#[test]
-fn a_work_call_never_waits_for_a_commit_in_progress() {
-    let mut h = Harness::new(params(3, true));
-    let mut model = Model::new();
-    let ops: Vec<_> = (0..300u64)
-        .map(|i| (key(i * 7 % 300), Some(vec![i as u8; 8])))
-        .collect();
-    h.absorb(&ops, &mut model, 4096);
-    let commit_in_progress = h.tree.committed.lock();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        let tree = &h.tree;
-        s.spawn(move || {
-            let r = tree.work(16 << 10).map(|_| tree.background_work());
-            let _ = tx.send(r.is_ok());
-        });
-        let returned = rx.recv_timeout(std::time::Duration::from_secs(30));
-        drop(commit_in_progress);
-        assert_eq!(
-            returned,
-            Ok(true),
-            "a work call waited for the commit in progress"
-        );
-    });
-    h.verify(&model, &[key(1), key(299)]);
-}
-
 /// A writer's pacing share never waits for a step another thread is in the middle of (the
 /// bench's longest `fdtree-d` waits, 112 to 250 ms on the loaded host, were writers waiting
 /// for the job's lock while a background thread's merge step ran).

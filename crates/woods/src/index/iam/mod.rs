@@ -32,14 +32,14 @@ mod tests;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use self::node::{decode_meta, encode_meta, MetaState, Node, NodeFile, Seq, Version};
 use self::policy::Class;
-use super::committer::{Commits, Committer, DataSync, Durable, WithCommitter};
+use super::committer::{Commits, Committer, DataSync, Durable, Versions, WithCommitter};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -131,15 +131,12 @@ pub struct IamTree {
     mode: Mode,
     /// `C_t`: node capacity in user bytes.
     node_bytes: u64,
-    current: RwLock<Arc<Version>>,
+    current: Versions<Version>,
     /// Every write up to this sequence number is in the published version (set with it, under
     /// `current`'s lock).
     published_seq: AtomicU64,
     /// The last committed version: it keeps every file and sequence it names allocated.
     committed: Mutex<Arc<Version>>,
-    /// The address of `committed` (alive while it is the committed version), so that
-    /// [`IamTree::dirty`] never waits for the lock the committer holds through a commit.
-    committed_at: AtomicUsize,
     committer: Committer,
     /// Frozen memtables waiting to be flushed into L1, oldest first, with their key ranges.
     queue: Mutex<VecDeque<Queued>>,
@@ -238,10 +235,9 @@ impl Iam {
             params,
             mode,
             node_bytes,
-            current: RwLock::new(version.clone()),
+            current: Versions::new(version.clone()),
             published_seq: AtomicU64::new(durable_seq),
             committed: Mutex::new(version.clone()),
-            committed_at: AtomicUsize::new(Arc::as_ptr(&version) as usize),
             committer: Committer::default(),
             queue: Mutex::new(VecDeque::new()),
             job: Mutex::new(None),
@@ -271,7 +267,7 @@ impl Iam {
 
 impl IamTree {
     fn version(&self) -> Arc<Version> {
-        self.current.read().clone()
+        self.current.get()
     }
 
     fn name(&self) -> &'static str {
@@ -594,18 +590,13 @@ impl IamTree {
         }
         if done == 0 {
             let t = std::time::Instant::now();
-            if self.dirty() || self.committer.busy() {
-                // Nothing to do but make the tree durable (the committer does the I/O). The Db
-                // calls `work` without debt only from a background thread, a flush or a close,
-                // which call again until it is done.
-                self.committer.request();
-                let r = self.committer.wait_for(std::time::Duration::from_millis(1));
+            let r = self.committer.idle_work();
+            if !matches!(r, Ok(0)) {
                 self.counters
                     .idle_call_max_micros
                     .fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
-                r?;
-                return Ok(Some(1));
             }
+            return r.map(Some);
         }
         Ok(Some(done))
     }
@@ -827,13 +818,12 @@ impl IamTree {
             c.debt_rises[cause as usize].fetch_add(1, Ordering::Relaxed);
             c.debt_rise_max.fetch_max(full - before, Ordering::Relaxed);
         }
-        {
-            let mut cur = self.current.write();
-            *cur = Arc::new(next);
+        self.current.publish(&self.committer, |_| {
             if let Some(seq) = durable_seq {
                 self.published_seq.fetch_max(seq, Ordering::AcqRel);
             }
-        }
+            Arc::new(next)
+        });
         for f in gone_files {
             f.mark_obsolete();
         }
@@ -851,11 +841,10 @@ impl IamTree {
     fn commit_published(&self) -> Result<bool> {
         let mut c = self.committed.lock();
         let t = std::time::Instant::now();
-        let (v, seq) = {
-            let cur = self.current.read();
-            (cur.clone(), self.published_seq.load(Ordering::Acquire))
-        };
-        if Arc::ptr_eq(&v, &c) {
+        let (v, generation, seq) = self.current.published_with(&self.committer, || {
+            self.published_seq.load(Ordering::Acquire)
+        });
+        if self.committer.is_committed(generation) {
             return Ok(false);
         }
         let (old_files, old_seqs) = gather(&c);
@@ -883,22 +872,20 @@ impl IamTree {
             }
         }
         let state = *self.meta.lock();
-        let commits = Commits {
-            store: &self.ctx.store,
-            manifest: &self.ctx.manifest,
-            durable: &self.durable,
-            count: &self.counters.commits,
-            max_micros: &self.counters.commit_max_micros,
-        };
+        let commits = Commits::new(
+            &self.ctx,
+            &self.committer,
+            &self.durable,
+            &self.counters.commits,
+            &self.counters.commit_max_micros,
+        );
         let commit = Commit {
             index_meta: encode_meta(&v, &state),
             durable_seq: seq,
             added,
             freed,
         };
-        commits.commit(commit, DataSync::Always, t)?;
-        self.committed_at
-            .store(Arc::as_ptr(&v) as usize, Ordering::Release);
+        commits.commit(commit, generation, DataSync::Always, t)?;
         *c = v;
         Ok(true)
     }
@@ -985,13 +972,9 @@ fn gather(v: &Version) -> Named {
 }
 
 impl Durable for IamTree {
-    /// Whether the published version is not the committed one. Takes no lock the committer
-    /// holds through a whole commit: a writer's paced `work` call that found the job just
-    /// finished waited here for a data-file sync and a manifest commit (`fdtree-d`'s longest
-    /// waits, up to 322 ms, and `iam`'s up to 197 ms in `docs/results/stalls/`).
-    fn dirty(&self) -> bool {
-        let published = self.version();
-        Arc::as_ptr(&published) as usize != self.committed_at.load(Ordering::Acquire)
+    #[cfg(test)]
+    fn hold_commit_lock(&self) -> Box<dyn super::committer::Held + '_> {
+        Box::new(self.committed.lock())
     }
 
     fn commit(&self) -> Result<bool> {

@@ -520,43 +520,6 @@ fn small_database_space_is_bounded() {
     }
 }
 
-/// Found by the stall counters (issue 19, `docs/results/stalls/`): a `work` call that found
-/// nothing to do (a writer's, whose debt was read a moment before the step finished) asked
-/// whether the tree was dirty under the lock the committer thread holds through a whole
-/// commit, and waited for it (up to 197 ms). Here the test holds that lock, as a commit in
-/// progress does, and `work` and `background_work` must still return. (The timeout only
-/// turns the old hang into a failure; nothing is timed.)
-#[test]
-fn a_work_call_never_waits_for_a_commit_in_progress() {
-    let mut h = H::new(Mode::Iam, params(4));
-    let writes: Vec<_> = (0..200u64)
-        .map(|i| {
-            (
-                format!("k{:05}", i * 37 % 200).into_bytes(),
-                Some(vec![1u8; 40]),
-            )
-        })
-        .collect();
-    h.load(&writes);
-    let commit_in_progress = h.tree.committed.lock();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        let tree = &h.tree;
-        s.spawn(move || {
-            let r = tree.work(16 << 10).map(|_| tree.background_work());
-            let _ = tx.send(r.is_ok());
-        });
-        let returned = rx.recv_timeout(std::time::Duration::from_secs(30));
-        drop(commit_in_progress);
-        assert_eq!(
-            returned,
-            Ok(true),
-            "a work call waited for the commit in progress"
-        );
-    });
-    h.verify();
-}
-
 /// A writer's pacing share never waits for a step another thread is in the middle of (the
 /// bench's longest `iam` waits, 94 to 279 ms on the loaded host, were writers waiting for
 /// the job's lock).

@@ -45,7 +45,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::{Mutex, MutexGuard};
 
 use self::job::{child_bounds, live_iter, Counted, Moved, MovedState, Outcome, Pipe, Route};
 use self::policy::{granule, job_bound, leaf_oversized, rest_bound, settle, Action, Shape};
@@ -53,7 +53,9 @@ use self::version::{
     decode_meta, encode_meta, height_of, node_at, replace_at, units, Cursor, DTree, Observed,
     Phase, SNode, Version,
 };
-use super::committer::{extent_difference, Commits, Committer, DataSync, Durable, WithCommitter};
+use super::committer::{
+    extent_difference, Commits, Committer, DataSync, Durable, Versions, WithCommitter,
+};
 use super::{Epoch, Index, IndexContext, IndexStats};
 use crate::entry::{Entry, Kind};
 use crate::error::{Error, Result};
@@ -103,7 +105,7 @@ pub struct Tree {
     ctx: IndexContext,
     params: NbTreeParams,
     shape: Shape,
-    current: RwLock<Arc<Version>>,
+    current: Versions<Version>,
     /// A frozen memtable absorbed but not yet taken up by a job, and its work bound.
     pending: Mutex<Option<(Arc<Memtable>, u64)>>,
     job: Mutex<Option<Job>>,
@@ -125,7 +127,8 @@ pub struct Tree {
 
 /// The last committed version and the extents its d-trees reach.
 struct Committed {
-    version: Arc<Version>,
+    /// Held, so that what it reaches stays allocated.
+    _version: Arc<Version>,
     extents: std::collections::HashSet<Extent>,
 }
 
@@ -414,21 +417,20 @@ impl NbTree {
             cursor: cursor.clone(),
             observed,
             seq: durable_seq,
-            gen: 0,
             _epoch: Epoch::new(ctx.store.clone()),
         });
         let tree = Tree {
             ctx,
             params,
             shape,
-            current: RwLock::new(version.clone()),
+            current: Versions::new(version.clone()),
             pending: Mutex::new(None),
             job: Mutex::new(None),
             debt: AtomicU64::new(0),
             durable: AtomicU64::new(durable_seq),
             committed: Mutex::new(Committed {
                 extents: extents_of(&version.root),
-                version,
+                _version: version,
             }),
             committer: Committer::default(),
             counters: Counters::default(),
@@ -461,7 +463,7 @@ impl NbTree {
 
 impl Tree {
     fn version(&self) -> Arc<Version> {
-        self.current.read().clone()
+        self.current.get()
     }
 
     /// The parameters the tree runs with.
@@ -1323,19 +1325,16 @@ impl Tree {
             .iter()
             .flat_map(|r| r.meta().extents.iter().copied())
             .collect();
-        {
-            let mut cur = self.current.write();
-            let epoch = cur._epoch.advance(freed);
-            *cur = Arc::new(Version {
+        self.current.publish(&self.committer, |cur| {
+            Arc::new(Version {
                 root: change.root,
                 height,
                 cursor: persisted,
                 observed,
                 seq: change.durable_seq.unwrap_or(cur.seq),
-                gen: cur.gen + 1,
-                _epoch: epoch,
-            });
-        }
+                _epoch: cur._epoch.advance(freed),
+            })
+        });
         self.committer.request();
         job.cursor = cursor;
         job.observed = observed;
@@ -1386,28 +1385,28 @@ impl Tree {
     fn commit_published(&self) -> Result<bool> {
         let mut c = self.committed.lock();
         let t = std::time::Instant::now();
-        let v = self.version();
-        if v.gen == c.version.gen {
+        let (v, generation) = self.current.published(&self.committer);
+        if self.committer.is_committed(generation) {
             return Ok(false);
         }
         let now = extents_of(&v.root);
         let (added, freed) = extent_difference(&c.extents, &now);
-        let commits = Commits {
-            store: &self.ctx.store,
-            manifest: &self.ctx.manifest,
-            durable: &self.durable,
-            count: &self.counters.commits,
-            max_micros: &self.counters.max_commit_us,
-        };
+        let commits = Commits::new(
+            &self.ctx,
+            &self.committer,
+            &self.durable,
+            &self.counters.commits,
+            &self.counters.max_commit_us,
+        );
         let commit = Commit {
             index_meta: encode_meta(&v.root, v.height, &v.observed, v.cursor.as_ref()),
             durable_seq: v.seq,
             added,
             freed,
         };
-        commits.commit(commit, DataSync::WhenAdded, t)?;
+        commits.commit(commit, generation, DataSync::WhenAdded, t)?;
         *c = Committed {
-            version: v,
+            _version: v,
             extents: now,
         };
         Ok(true)
@@ -1440,10 +1439,9 @@ fn extents_of(root: &SNode) -> std::collections::HashSet<Extent> {
 }
 
 impl Durable for Tree {
-    /// Whether the published version is not the committed one.
-    fn dirty(&self) -> bool {
-        let published = self.version().gen;
-        published != self.committed.lock().version.gen
+    #[cfg(test)]
+    fn hold_commit_lock(&self) -> Box<dyn super::committer::Held + '_> {
+        Box::new(self.committed.lock())
     }
 
     fn commit(&self) -> Result<bool> {
@@ -1494,16 +1492,7 @@ impl Index for NbTree {
         if slot.is_none() {
             let Some((mem, bound)) = self.pending.lock().take() else {
                 drop(slot);
-                if !self.dirty() && !self.committer.busy() {
-                    return Ok(0);
-                }
-                // Nothing to do but make the tree durable (the committer does the I/O). A
-                // writer whose debt just ended waits for it at most a moment; a flush or drain
-                // calls again until it is done.
-                self.committer.request();
-                self.committer
-                    .wait_for(std::time::Duration::from_millis(1))?;
-                return Ok(1);
+                return self.committer.idle_work();
             };
             *slot = Some(self.start_job(mem, bound)?);
         }

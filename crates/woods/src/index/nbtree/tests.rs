@@ -912,7 +912,7 @@ fn db_options(background_threads: usize) -> crate::Options {
 }
 
 /// Through the Db, with no background thread (writers do all the work through pacing): no
-/// writer ever waits for memtable room, so every job finished before the next freeze, and
+/// writer ever finds a job left at a freeze, so every job finished before the next one, and
 /// the largest work call stays a small share of a memtable. (The Db works in steps of
 /// memtable/256, at least 16 KiB: with a 1 MiB memtable that is σ/64; at the suite's 64 KiB a
 /// step is σ/4, and the rest of a job whose bound is tight may be left for the freeze.)

@@ -169,8 +169,6 @@ pub struct Version {
     pub observed: Observed,
     /// Every write up to this sequence number is in the tree (Z's last, after the root's drain).
     pub seq: u64,
-    /// Publication number: a version is committed when the committed one has its number.
-    pub gen: u64,
     pub(super) _epoch: Arc<Epoch>,
 }
 

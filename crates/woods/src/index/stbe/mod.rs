@@ -43,14 +43,14 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
 use self::branch::{Branch, Key};
 use self::edit::{Claims, Editor, Effects, Ids};
 use self::node::{Child, Node};
 use self::policy::Limits;
 use self::task::{coalesce, Build, BuildOptions, KeyRanges, Probe, Source};
-use super::committer::{Commits, Committer, DataSync, Durable, WithCommitter};
+use super::committer::{Commits, Committer, DataSync, Durable, Versions, WithCommitter};
 use super::{Index, IndexContext, IndexStats};
 use crate::entry::Entry;
 use crate::error::Result;
@@ -206,7 +206,6 @@ struct Incorporation {
 }
 
 struct Committed {
-    gen: u64,
     _version: Arc<Version>,
     branches: HashMap<u64, Arc<Branch>>,
 }
@@ -216,7 +215,7 @@ pub struct Shared {
     ctx: IndexContext,
     params: StbeParams,
     limits: Limits,
-    current: RwLock<Arc<Version>>,
+    current: Versions<Version>,
     state: Mutex<State>,
     queue: Mutex<VecDeque<Arc<Memtable>>>,
     inc: Mutex<Option<Incorporation>>,
@@ -307,7 +306,6 @@ impl Stbe {
             gen: 0,
         });
         let committed = Committed {
-            gen: 0,
             _version: version.clone(),
             branches: branch_set(&root),
         };
@@ -315,7 +313,7 @@ impl Stbe {
             ctx,
             params,
             limits,
-            current: RwLock::new(version),
+            current: Versions::new(version),
             state: Mutex::new(State {
                 root,
                 incorporated: durable_seq,
@@ -351,7 +349,7 @@ impl Stbe {
 impl Shared {
     /// The published version.
     pub fn version(&self) -> Arc<Version> {
-        self.current.read().clone()
+        self.current.get()
     }
 
     /// The limits in force.
@@ -460,7 +458,7 @@ impl Shared {
             ids: st.ids,
             gen: st.gen,
         });
-        *self.current.write() = v;
+        self.current.publish(&self.committer, |_| v);
     }
 
     /// Turns an edit's effects into tasks and counters.
@@ -1131,8 +1129,8 @@ impl Shared {
     fn commit_published(&self) -> Result<bool> {
         let mut c = self.committed.lock();
         let t = std::time::Instant::now();
-        let v = self.version();
-        if v.gen == c.gen {
+        let (v, generation) = self.current.published(&self.committer);
+        if self.committer.is_committed(generation) {
             return Ok(false);
         }
         let now = branch_set(&v.root);
@@ -1148,21 +1146,20 @@ impl Shared {
             .filter(|(id, _)| !now.contains_key(id))
             .flat_map(|(_, b)| extents(b))
             .collect();
-        let commits = Commits {
-            store: &self.ctx.store,
-            manifest: &self.ctx.manifest,
-            durable: &self.durable,
-            count: &self.counters.commits,
-            max_micros: &self.counters.max_commit_us,
-        };
+        let commits = Commits::new(
+            &self.ctx,
+            &self.committer,
+            &self.durable,
+            &self.counters.commits,
+            &self.counters.max_commit_us,
+        );
         let commit = Commit {
             index_meta: meta::encode(&v.root, v.ids, self.next_branch.load(Ordering::Relaxed)),
             durable_seq: v.incorporated,
             added,
             freed,
         };
-        commits.commit(commit, DataSync::Always, t)?;
-        c.gen = v.gen;
+        commits.commit(commit, generation, DataSync::Always, t)?;
         c.branches = now;
         c._version = v.clone();
         Ok(true)
@@ -1171,10 +1168,6 @@ impl Shared {
     /// Asks the committer thread for a commit of the published version.
     fn request_commit(&self) {
         self.committer.request();
-    }
-
-    fn wait_commit(&self) -> Result<()> {
-        self.committer.wait()
     }
 
     fn wait_commit_for(&self, limit: std::time::Duration) -> Result<()> {
@@ -1192,11 +1185,9 @@ impl Shared {
 }
 
 impl Durable for Shared {
-    /// Whether the published version is not the committed one. (Never holds the version lock
-    /// while waiting for the commit lock: `commit` takes them the other way round.)
-    fn dirty(&self) -> bool {
-        let published = self.current.read().gen;
-        published != self.committed.lock().gen
+    #[cfg(test)]
+    fn hold_commit_lock(&self) -> Box<dyn super::committer::Held + '_> {
+        Box::new(self.committed.lock())
     }
 
     fn commit(&self) -> Result<bool> {
@@ -1356,16 +1347,12 @@ impl Shared {
             }
         }
         if !self.awaiting.lock().is_empty() || self.dirty() {
-            // Nothing else to do: make the trunk durable (the committer does the I/O). With
-            // no debt left (a flush, a drain, an idle worker) wait for it; a writer paying
-            // debt that other threads hold the work of waits at most a moment, never for an
-            // fsync. Either way this is progress: never 0 while a memtable awaits its commit.
+            // Nothing else to do: make the trunk durable (the committer does the I/O), and wait
+            // for it at most a moment, debt or none: a writer whose debt ended just before its
+            // call waited here for a whole commit. Progress all the same: never 0 while a
+            // memtable awaits its commit, so a flush, a drain or a close calls again.
             self.request_commit();
-            if self.debt_units() == 0 {
-                self.wait_commit()?;
-            } else {
-                self.wait_commit_for(std::time::Duration::from_millis(1))?;
-            }
+            self.wait_commit_for(std::time::Duration::from_millis(1))?;
             return Ok(1);
         }
         if self.debt_units() > 0 {
