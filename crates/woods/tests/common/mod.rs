@@ -41,8 +41,15 @@ pub fn kinds() -> Vec<IndexKind> {
             size_ratio: 4,
             ..LsmParams::default()
         }),
-        // σ is the suite's 64 KiB memtable; f = 3 (the paper's) reaches height 3 and more.
-        IndexKind::NbTree(NbTreeParams::default()),
+        // σ is the suite's 64 KiB memtable (times WOODS_NBTREE_SIGMA, default 1: the suite
+        // with σ a multiple of the memtable); f = 3 (the paper's) reaches height 3 and more.
+        IndexKind::NbTree(NbTreeParams {
+            sigma_memtables: std::env::var("WOODS_NBTREE_SIGMA")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(NbTreeParams::default().sigma_memtables),
+            ..NbTreeParams::default()
+        }),
         IndexKind::Stbe(StbeParams {
             fanout: 4,
             dead_percent: 25,

@@ -5,9 +5,12 @@
 //! manifest) in which every non-root s-node owns one d-tree: an immutable run of the substrate
 //! with its bloom filter. The root's d-tree is the Db's memtables: the active memtable is the
 //! spec's buffer A, the frozen one handed to [`Index::absorb`] its Z, and σ is
-//! `memtable_bytes`. That holds while the root has children; while the root is a leaf (the
-//! tree's first σ of data) it also owns an on-disk d-tree, into which each Z is merged, and
-//! which splits at its byte midpoint under a new root once it passes σ (Fig. 2). A job drains
+//! `memtable_bytes` × c ([`NbTreeParams::sigma_memtables`], 1 by default). That holds while
+//! the root has children; while the root is a leaf (the tree's first σ of data) it also owns
+//! an on-disk d-tree, into which each Z is merged, and which splits at its byte midpoint under
+//! a new root once it passes σ (Fig. 2). With c > 1 a non-leaf root also owns up to 2c root
+//! runs, one per absorbed memtable (its *park*), and a job drains the runs together once they
+//! hold σ, paced over the next c memtables (`docs/engine.md`). A job drains
 //! Z into the root's children, then follows the final version's
 //! `HandleFullSNode` down one path: split the oversized leaf children, or flush the σ smallest
 //! live entries of the largest child into its children (lazy removal: only a live-start

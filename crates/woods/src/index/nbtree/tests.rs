@@ -1377,7 +1377,6 @@ fn root_runs_against_a_model(s: u64, c: u32, rounds: u64) {
         assert_eq!(h.tree.debt(), 0, "round {round}: absorb with debt");
         let parking = !h.tree.version().root.is_leaf();
         let left = h.tree.job_left.load(Ordering::Relaxed);
-        let drains = h.tree.counters.drains.load(Ordering::Relaxed);
         h.tree.absorb(mem.clone()).unwrap();
         let durable = h.tree.durable_seq();
         absorbed.retain(|m| m.max_seq() > durable);
