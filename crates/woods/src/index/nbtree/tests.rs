@@ -911,7 +911,7 @@ fn paced_jobs_are_bounded_per_call_and_finish_before_the_next_freeze() {
 
 fn db_options(background_threads: usize) -> crate::Options {
     crate::Options {
-        index: Some(crate::IndexKind::NbTree(NbTreeParams::default())),
+        index: Some(crate::IndexKind::NbTree(params(3))),
         cache_bytes: 1 << 20,
         memtable_bytes: 64 << 10,
         direct_io: false,
