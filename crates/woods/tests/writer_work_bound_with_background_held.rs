@@ -114,7 +114,26 @@ fn nbtree_writer_does_only_its_share_while_background_is_held() {
     // pages more (docs/engine.md, nbtree, *One `work(b)` call*).
     check(
         "nbtree_writer_does_only_its_share_while_background_is_held",
-        IndexKind::NbTree(NbTreeParams::default()),
+        IndexKind::NbTree(NbTreeParams {
+            sigma_memtables: 1,
+            ..NbTreeParams::default()
+        }),
+        n,
+        6 * 64,
+    );
+}
+
+#[test]
+fn nbtree_sigma_2_writer_does_only_its_share_while_background_is_held() {
+    // σ = 2 memtables (root runs, drains paced over two memtables): 150,000 writes, 13
+    // memtables, so that several drains of the root's runs run while writers pay for them.
+    let n = 150_000 * common::scale();
+    check(
+        "nbtree_sigma_2_writer_does_only_its_share_while_background_is_held",
+        IndexKind::NbTree(NbTreeParams {
+            sigma_memtables: 2,
+            ..NbTreeParams::default()
+        }),
         n,
         6 * 64,
     );

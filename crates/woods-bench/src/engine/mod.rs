@@ -212,11 +212,15 @@ pub type ExtraEngines<'a> = &'a [(&'a str, EngineOpener)];
 
 /// woods engines with other parameters than their kind's defaults, known by name but not run
 /// by default.
-pub const WOODS_VARIANTS: [&str; 4] = [
+pub const WOODS_VARIANTS: [&str; 8] = [
     "woods:pbt-nomerge",
     "woods:btree-buffered:fullest-leaf",
     "woods:btree-buffered:random-ball",
     "woods:btree-buffered:golden-gate",
+    "woods:nbtree-s1",
+    "woods:nbtree-s2",
+    "woods:nbtree-s4",
+    "woods:nbtree-s8",
 ];
 
 /// Every engine name this build knows, woods index kinds first.

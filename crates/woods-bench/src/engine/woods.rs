@@ -19,7 +19,8 @@ fn err(what: &str, e: woods::Error) -> BenchError {
 
 impl WoodsEngine {
     /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`; `pbt-nomerge`:
-    /// `pbt` with partition merge off, `PbtParams::max_partitions` 0) in `dir`. The
+    /// `pbt` with partition merge off, `PbtParams::max_partitions` 0; `nbtree-sC`: `nbtree`
+    /// with σ = C memtables) in `dir`. The
     /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
     /// cache; the write-ahead log is on with buffered durability, as for every engine, or with
     /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns; with
@@ -32,6 +33,18 @@ impl WoodsEngine {
                 max_partitions: 0,
                 ..Default::default()
             }),
+            // `nbtree-sC`: σ = C memtables (`NbTreeParams::sigma_memtables`), for comparing C
+            // in one run.
+            k if k
+                .strip_prefix("nbtree-s")
+                .is_some_and(|c| c.parse::<u32>().is_ok()) =>
+            {
+                let c = k["nbtree-s".len()..].parse::<u32>().unwrap_or(1);
+                IndexKind::NbTree(woods::NbTreeParams {
+                    sigma_memtables: c,
+                    ..Default::default()
+                })
+            }
             _ => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
         };
         if let (IndexKind::FdTree(p), Some(n)) = (&mut index, cfg.expected_entries) {

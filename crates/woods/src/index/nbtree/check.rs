@@ -18,6 +18,8 @@
 //!    a tombstone dropped at a leaf (correction 3).
 //! 10. no key of a leaf d-tree ends in a tombstone (one is kept only above an older version a
 //!     live snapshot still reads).
+//! 11. the root's runs (σ a multiple c > 1 of the memtable): only on a non-leaf root, newest
+//!     first, and all newer than every d-tree below it.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -57,6 +59,7 @@ pub fn check(v: &Version, shape: Shape) -> Result<u64> {
     };
     let mut path = Vec::new();
     w.node(&v.root, &mut path, None, None)?;
+    w.root_runs()?;
     let depth = w.leaf_depth.unwrap_or(0);
     if depth + 1 != v.height as usize {
         return Err(bad(
@@ -78,6 +81,50 @@ pub fn check(v: &Version, shape: Shape) -> Result<u64> {
 }
 
 impl Walk<'_> {
+    /// 11: the root's runs (c > 1) only on a non-leaf root, each `Run::check`ed, newest first
+    /// (every sequence number of a run above those of the next), and all newer than every
+    /// d-tree below the root (V1 for the runs: their data has not been drained yet).
+    fn root_runs(&mut self) -> Result<()> {
+        let runs = &self.v.root.runs;
+        if runs.is_empty() {
+            return Ok(());
+        }
+        if self.v.root.is_leaf() {
+            return Err(bad(&[], format!("a leaf root with {} runs", runs.len())));
+        }
+        let mut below = Vec::new();
+        super::version::dtrees(&self.v.root, &mut below);
+        let newest_below = below.iter().map(|d| d.run.meta().max_seq).max();
+        let mut older: Option<u64> = None;
+        for (i, r) in runs.iter().enumerate() {
+            let run = r.run()?;
+            let m = run.meta();
+            let count = run.check()?;
+            if count != m.entries || count == 0 {
+                return Err(bad(
+                    &[],
+                    format!("root run {i} of {count} entries, metadata {}", m.entries),
+                ));
+            }
+            self.entries += count;
+            self.extents.extend_from_slice(&m.extents);
+            if older.is_some_and(|o| o <= m.max_seq) {
+                return Err(bad(
+                    &[],
+                    format!("root run {i} is newer than the one before"),
+                ));
+            }
+            older = Some(m.min_seq);
+            if newest_below.is_some_and(|b| b >= m.min_seq) {
+                return Err(bad(
+                    &[],
+                    format!("root run {i} holds versions older than the s-tree's"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn node(
         &mut self,
         n: &SNode,

@@ -1,6 +1,6 @@
 //! Range reads (spec §3.10): the s-nodes of one level have disjoint intervals, so each level is
 //! one sorted stream of the live parts of its d-trees, read one d-tree after another; the Db
-//! merges the streams of all levels with its memtables. Each stream holds the version it was
+//! merges the streams of all levels, and of each of the root's runs, with its memtables. Each stream holds the version it was
 //! made from, so the d-trees it reads stay allocated while it lives.
 
 use std::ops::Bound;
@@ -88,8 +88,10 @@ pub fn level_sources(
 ) -> Vec<EntryIter> {
     let mut levels = Vec::new();
     collect(&v.root, 0, None, None, &lo, &hi, &mut levels);
-    levels
-        .into_iter()
+    // Each of the root's runs (c > 1) spans the whole key space: a source of its own.
+    let runs = v.root.runs.iter().map(|r| vec![DTree::whole(r.clone())]);
+    runs.filter(|l| dtree_meets(&l[0], &lo, &hi))
+        .chain(levels)
         .filter(|l| !l.is_empty())
         .map(|mut dtrees| -> EntryIter {
             if reverse {

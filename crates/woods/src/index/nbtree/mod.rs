@@ -5,9 +5,12 @@
 //! manifest) in which every non-root s-node owns one d-tree: an immutable run of the substrate
 //! with its bloom filter. The root's d-tree is the Db's memtables: the active memtable is the
 //! spec's buffer A, the frozen one handed to [`Index::absorb`] its Z, and σ is
-//! `memtable_bytes`. That holds while the root has children; while the root is a leaf (the
-//! tree's first σ of data) it also owns an on-disk d-tree, into which each Z is merged, and
-//! which splits at its byte midpoint under a new root once it passes σ (Fig. 2). A job drains
+//! `memtable_bytes` × c ([`NbTreeParams::sigma_memtables`], 1 by default). That holds while
+//! the root has children; while the root is a leaf (the tree's first σ of data) it also owns
+//! an on-disk d-tree, into which each Z is merged, and which splits at its byte midpoint under
+//! a new root once it passes σ (Fig. 2). With c > 1 a non-leaf root also owns up to 2c root
+//! runs, one per absorbed memtable (its *park*), and a job drains the runs together once they
+//! hold σ, paced over the next c memtables (`docs/engine.md`). A job drains
 //! Z into the root's children, then follows the final version's
 //! `HandleFullSNode` down one path: split the oversized leaf children, or flush the σ smallest
 //! live entries of the largest child into its children (lazy removal: only a live-start
@@ -98,6 +101,10 @@ struct Counters {
     max_call_pages: AtomicU64,
     commits: AtomicU64,
     max_commit_us: AtomicU64,
+    /// Memtables written as root runs (c > 1).
+    parks: AtomicU64,
+    /// Drains of the root's runs (c > 1; counted in `flushes` too).
+    drains: AtomicU64,
 }
 
 /// The Nested B-tree's state, shared with the thread that commits it.
@@ -123,6 +130,30 @@ pub struct Tree {
     /// What the flushes' merges into leaves read and what their compaction dropped, with the
     /// older batches' share halved at each batch: [`Tree::leaf_route`]'s prediction.
     leaf_drops: Mutex<(f64, f64)>,
+    /// With c > 1 (σ = c memtables, a non-leaf root): a frozen memtable absorbed but not yet
+    /// written as a root run, its park bound, and the memtables k over which the drain in
+    /// flight is paced from its absorb on (its share: ⌈what the drain has left ÷ k⌉).
+    park_pending: Mutex<Option<(Arc<Memtable>, u64, u64)>>,
+    /// The frozen memtable being written as a root run (locked only under the job's lock).
+    park: Mutex<Option<Park>>,
+    /// Bound of what the park in progress has left (0: none).
+    park_left: AtomicU64,
+    /// Bound of what the job in flight has left (0: none), as of its last step.
+    job_left: AtomicU64,
+    /// What the job in flight may still have left when the active memtable fills: the drain of
+    /// the root's runs is paced over the memtables that arrive while it runs (0 with c = 1).
+    allow: AtomicU64,
+    /// Root runs the drain in flight takes (0: no drain in flight).
+    draining: AtomicU64,
+    /// The bound of the last drain of the root's runs when it started.
+    drain_bound: AtomicU64,
+}
+
+/// A frozen memtable on its way to becoming a root run (σ a multiple c > 1 of the memtable).
+struct Park {
+    mem: Arc<Memtable>,
+    pipe: Pipe,
+    bound: u64,
 }
 
 /// The last committed version and the extents its d-trees reach.
@@ -328,10 +359,13 @@ impl Batch {
     }
 }
 
-/// A job: draining one frozen memtable (or finishing a job found in the manifest on open).
+/// A job: draining one frozen memtable, or the root's runs (c > 1), or finishing a job found
+/// in the manifest on open.
 struct Job {
     /// Z, until the root's drain commits.
     mem: Option<Arc<Memtable>>,
+    /// The root runs the root's drain takes (c > 1; empty when it drains Z), until it commits.
+    drain: Vec<Arc<LazyRun>>,
     root: Option<RootPhase>,
     /// Where the job is after the root's drain.
     cursor: Cursor,
@@ -400,7 +434,10 @@ impl NbTree {
         split_in_merge: bool,
     ) -> Result<NbTree> {
         let shape = Shape {
-            sigma: ctx.memtable_bytes.max(1),
+            sigma: ctx
+                .memtable_bytes
+                .max(1)
+                .saturating_mul(u64::from(params.sigma_memtables.max(1))),
             fanout: params.fanout.max(3) as usize,
             split_in_merge,
         };
@@ -436,6 +473,13 @@ impl NbTree {
             counters: Counters::default(),
             stepping: AtomicU64::new(0),
             leaf_drops: Mutex::new((0.0, 0.0)),
+            park_pending: Mutex::new(None),
+            park: Mutex::new(None),
+            park_left: AtomicU64::new(0),
+            job_left: AtomicU64::new(0),
+            allow: AtomicU64::new(0),
+            draining: AtomicU64::new(0),
+            drain_bound: AtomicU64::new(0),
         };
         if let Some(cursor) = cursor {
             let v = tree.version();
@@ -443,6 +487,7 @@ impl NbTree {
             let bound = rest_bound(&v.root, &cursor, granule(v.observed.max_group), shape);
             let job = Job {
                 mem: None,
+                drain: Vec::new(),
                 root: None,
                 cursor,
                 pipe: None,
@@ -454,6 +499,7 @@ impl NbTree {
                 halves: Vec::new(),
             };
             tree.debt.store(job.debt(), Ordering::Release);
+            tree.job_left.store(job.debt(), Ordering::Relaxed);
             *tree.job.lock() = Some(job);
             tree.counters.jobs_resumed.fetch_add(1, Ordering::Relaxed);
         }
@@ -469,6 +515,250 @@ impl Tree {
     /// The parameters the tree runs with.
     pub fn shape(&self) -> Shape {
         self.shape
+    }
+
+    /// c: σ in memtables.
+    fn sigma_memtables(&self) -> u64 {
+        u64::from(self.params.sigma_memtables.max(1))
+    }
+
+    // ---- σ a multiple of the memtable: root runs, parks and paced drains -----------------
+
+    /// Whether the root's runs should drain and no drain is in flight (c > 1).
+    fn drain_due(&self) -> bool {
+        if self.sigma_memtables() == 1 || self.draining.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        let v = self.version();
+        !v.root.is_leaf() && v.root.runs.len() as u64 >= self.sigma_memtables()
+    }
+
+    /// Publishes the index's debt after the job in flight reports `job` left (0: none): with
+    /// c = 1 that is the debt; with c > 1 the park's bound and whatever the job has left above
+    /// what the drain may still have left when the active memtable fills.
+    fn set_job_debt(&self, job: u64) {
+        self.job_left.store(job, Ordering::Release);
+        if self.sigma_memtables() == 1 {
+            self.debt.store(job, Ordering::Release);
+            return;
+        }
+        // Under the lock absorb publishes under, so that neither store hides the other.
+        let pp = self.park_pending.lock();
+        let pending = pp.as_ref().map_or(0, |p| p.1);
+        let park = pending + self.park_left.load(Ordering::Acquire);
+        let owed = job.saturating_sub(self.allow.load(Ordering::Acquire));
+        self.debt.store(park + owed, Ordering::Release);
+    }
+
+    /// `work` with c > 1: first the park of an absorbed memtable (its write as a root run),
+    /// then the job in flight (a drain of the root's runs, or the job of a memtable absorbed
+    /// by a leaf root), then the drain of the root's runs once they hold σ.
+    fn work_parked(&self, slot: &mut MutexGuard<'_, Option<Job>>, budget: u64) -> Result<u64> {
+        let pages_before = self.written_pages();
+        let mut done = 0u64;
+        let r = self.work_parked_steps(slot, budget, &mut done);
+        self.note_call(done, self.written_pages().saturating_sub(pages_before));
+        self.set_job_debt(slot.as_ref().map_or(0, Job::debt));
+        r?;
+        if done > 0 {
+            return Ok(done);
+        }
+        if !self.dirty() && !self.committer.busy() {
+            return Ok(0);
+        }
+        self.committer.request();
+        self.committer
+            .wait_for(std::time::Duration::from_millis(1))?;
+        Ok(1)
+    }
+
+    fn work_parked_steps(
+        &self,
+        slot: &mut MutexGuard<'_, Option<Job>>,
+        budget: u64,
+        done: &mut u64,
+    ) -> Result<()> {
+        loop {
+            self.step_park(slot, budget, done)?;
+            if *done >= budget {
+                return Ok(());
+            }
+            if slot.is_none() {
+                if let Some((mem, bound)) = self.pending.lock().take() {
+                    // A leaf root takes Z into its d-tree, as with c = 1.
+                    **slot = Some(self.start_job(mem, bound)?);
+                } else if self.drain_due() {
+                    **slot = Some(self.start_drain()?);
+                } else {
+                    return Ok(());
+                }
+            }
+            let before = *done;
+            self.run_job(slot, budget, done)?;
+            if *done >= budget || (*done == before && slot.is_some()) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Advances the park of an absorbed memtable (taking up the pending one), and commits it
+    /// when its run is written.
+    fn step_park(
+        &self,
+        slot: &MutexGuard<'_, Option<Job>>,
+        budget: u64,
+        done: &mut u64,
+    ) -> Result<()> {
+        let mut park = self.park.lock();
+        if park.is_none() {
+            let Some((mem, bound, k)) = self.park_pending.lock().take() else {
+                return Ok(());
+            };
+            // The drain in flight owes 1/k of what it has left by the time this memtable's
+            // successor fills.
+            let left = slot.as_ref().map_or(0, Job::debt);
+            self.allow
+                .store(left - left.div_ceil(k.max(1)), Ordering::Release);
+            self.park_left.store(bound, Ordering::Release);
+            let read = Arc::new(AtomicU64::new(0));
+            let it = mem.iter(Bound::Unbounded, Bound::Unbounded, false);
+            let sources = vec![self.counted(it, &read)];
+            let pipe = self.pipe(sources, read, false, Route::One, Purpose::Flush);
+            *park = Some(Park { mem, pipe, bound });
+        }
+        let Some(p) = park.as_mut() else {
+            return Ok(());
+        };
+        let before = p.pipe.units();
+        let r = p.pipe.step(budget.saturating_sub(*done).max(1));
+        *done += p.pipe.units() - before;
+        self.park_left.store(
+            p.bound.saturating_sub(p.pipe.units()).max(1),
+            Ordering::Release,
+        );
+        let finished = match r {
+            Ok(f) => f,
+            Err(e) => {
+                self.unpark(&mut park);
+                return Err(e);
+            }
+        };
+        if !finished {
+            return Ok(());
+        }
+        let Some(p) = park.take() else {
+            return Ok(());
+        };
+        let (mem, bound) = (p.mem.clone(), p.bound);
+        let r = self
+            .finish_pipe(p.pipe)
+            .and_then(|out| self.commit_park(&mem, out));
+        match r {
+            Ok(()) => {
+                self.park_left.store(0, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                // Parked again from the start by the next call (the Db is read-only by then).
+                *self.park_pending.lock() = Some((mem, bound, 1));
+                self.park_left.store(0, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives up the park in progress (its builder releases what it allocated): the memtable
+    /// waits to be parked again.
+    fn unpark(&self, park: &mut Option<Park>) {
+        if let Some(p) = park.take() {
+            *self.park_pending.lock() = Some((p.mem, p.bound, 1));
+        }
+        self.park_left.store(0, Ordering::Release);
+    }
+
+    /// Publishes Z's run as the root's newest run, with Z's writes durable once committed.
+    fn commit_park(&self, mem: &Memtable, out: Outcome) -> Result<()> {
+        if let Some(r) = &out.right {
+            job::release(&self.ctx.store, r);
+        }
+        let Some(run) = out.left else {
+            return Err(Error::corruption(
+                "nbtree park",
+                None,
+                "a memtable parked into no run",
+            ));
+        };
+        let mut cur = self.current.write();
+        let mut root = (*cur.root).clone();
+        root.runs.insert(0, Arc::new(LazyRun::from_run(run)));
+        let epoch = cur._epoch.advance(Vec::new());
+        *cur = Arc::new(Version {
+            root: Arc::new(root),
+            height: cur.height,
+            cursor: cur.cursor.clone(),
+            observed: cur.observed,
+            seq: mem.max_seq().max(cur.seq),
+            gen: cur.gen + 1,
+            _epoch: epoch,
+        });
+        drop(cur);
+        self.committer.request();
+        self.counters.job_steps.fetch_add(1, Ordering::Relaxed);
+        self.counters.parks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A job that drains every root run (together σ, or more after a crash mid-drain) into
+    /// the root's children, as one merged input, then goes on as the job of a memtable does
+    /// after its root drain.
+    fn start_drain(&self) -> Result<Job> {
+        let v = self.version();
+        let drain = v.root.runs.clone();
+        let z = v.root.runs_units();
+        let g = granule(v.observed.max_group);
+        let leaves = self.shape.split_in_merge && v.root.children[0].is_leaf();
+        let mut receivers = Vec::new();
+        for i in 0..v.root.children.len() {
+            let (lo, hi) = child_bounds(&v.root.keys, i);
+            let (mut entries, mut bytes) = (0, 0);
+            for r in &drain {
+                let (e, b) = live_between(&DTree::whole(r.clone()), lo.clone(), &hi)?;
+                entries += e;
+                bytes += b;
+            }
+            if entries == 0 {
+                continue;
+            }
+            let route = if leaves {
+                self.leaf_route(&v.root.children[i], units(entries, bytes), g)
+            } else {
+                Route::One
+            };
+            receivers.push((i, route));
+        }
+        let bound = job_bound(&v.root, z, g, self.shape).max(1);
+        self.draining.store(drain.len() as u64, Ordering::Release);
+        // Nothing of it is owed in the memtable that is filling now: the next absorbs pace it.
+        self.allow.store(bound, Ordering::Release);
+        self.drain_bound.store(bound, Ordering::Relaxed);
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.counters.drains.fetch_add(1, Ordering::Relaxed);
+        Ok(Job {
+            mem: None,
+            drain,
+            root: Some(RootPhase::Flush { receivers }),
+            cursor: Cursor {
+                path: Vec::new(),
+                phase: Phase::Splits,
+            },
+            pipe: None,
+            batch: None,
+            bound,
+            done_since: 0,
+            observed: v.observed,
+            counted_flush: None,
+            halves: Vec::new(),
+        })
     }
 
     fn run_options(&self, purpose: Purpose) -> RunOptions {
@@ -569,8 +859,10 @@ impl Tree {
             RootPhase::Flush { receivers }
         };
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        self.allow.store(0, Ordering::Relaxed);
         Ok(Job {
             mem: Some(mem),
+            drain: Vec::new(),
             root: Some(root),
             cursor: Cursor {
                 path: Vec::new(),
@@ -658,7 +950,7 @@ impl Tree {
                     Ok(false) => {
                         **slot = None;
                         self.counters.jobs.fetch_add(1, Ordering::Relaxed);
-                        self.debt.store(0, Ordering::Release);
+                        self.set_job_debt(0);
                         return Ok(());
                     }
                     Err(e) => {
@@ -669,7 +961,7 @@ impl Tree {
             }
             if *done >= budget {
                 if let Some(job) = slot.as_ref() {
-                    self.debt.store(job.debt(), Ordering::Release);
+                    self.set_job_debt(job.debt());
                 }
                 return Ok(());
             }
@@ -716,15 +1008,23 @@ impl Tree {
         let v = self.version();
         let read = Arc::new(AtomicU64::new(0));
         if let Some(rp) = &job.root {
-            let Some(mem) = job.mem.clone() else {
+            let mem = job.mem.clone();
+            if mem.is_none() && job.drain.is_empty() {
                 return Err(Error::corruption(
                     "nbtree job",
                     None,
-                    "root drain without Z",
+                    "root drain without Z or root runs",
                 ));
-            };
+            }
             match rp {
                 RootPhase::Absorb => {
+                    let Some(mem) = mem else {
+                        return Err(Error::corruption(
+                            "nbtree job",
+                            None,
+                            "a leaf root's absorb without Z",
+                        ));
+                    };
                     let mut sources =
                         vec![self
                             .counted(mem.iter(Bound::Unbounded, Bound::Unbounded, false), &read)];
@@ -742,8 +1042,15 @@ impl Tree {
                         let read = Arc::new(AtomicU64::new(0));
                         let c = &v.root.children[child];
                         let (lo, hi) = child_bounds(&v.root.keys, child);
-                        let mut sources =
-                            vec![self.counted(mem.iter(lo.clone(), hi.clone(), false), &read)];
+                        let mut sources = Vec::new();
+                        if let Some(mem) = &mem {
+                            sources
+                                .push(self.counted(mem.iter(lo.clone(), hi.clone(), false), &read));
+                        }
+                        for r in &job.drain {
+                            let it = r.run()?.iter(lo.clone(), hi.clone(), false, Purpose::Merge);
+                            sources.push(self.counted(it, &read));
+                        }
                         if let Some(d) = &c.dtree {
                             sources
                                 .push(self.counted(live_iter(d, lo, hi, Purpose::Merge)?, &read));
@@ -1235,21 +1542,25 @@ impl Tree {
                 keys: node.keys[..m].to_vec(),
                 children: node.children[..=m].to_vec(),
                 dtree: lazy(out.left),
+                runs: Vec::new(),
             };
             let large = SNode {
                 keys: node.keys[m + 1..].to_vec(),
                 children: node.children[m + 1..].to_vec(),
                 dtree: lazy(out.right),
+                runs: Vec::new(),
             };
             (key, small, large)
         };
         let root = match path.split_last() {
             None => {
                 self.counters.root_splits.fetch_add(1, Ordering::Relaxed);
+                // The root's runs stay with the root.
                 Arc::new(SNode {
                     keys: vec![key],
                     children: vec![Arc::new(small), Arc::new(large)],
                     dtree: None,
+                    runs: node.runs.clone(),
                 })
             }
             Some((&idx, parent_path)) => {
@@ -1282,10 +1593,18 @@ impl Tree {
     fn commit_root_flush(&self, job: &mut Job, built: Vec<(usize, Outcome)>) -> Result<()> {
         let v = self.version();
         let mem = job.mem.clone();
-        let z = mem.as_ref().map_or(0, |m| m.bytes());
+        let drained: u64 = (job.drain.iter())
+            .map(|r| units(r.meta().entries, r.meta().user_bytes))
+            .sum();
+        let z = mem.as_ref().map_or(0, |m| m.bytes()) + drained;
         job.observed.max_sent = job.observed.max_sent.max(z);
         let mut root = (*v.root).clone();
-        let (retired, halves) = self.place(&mut root, &v.root, built)?;
+        let (mut retired, halves) = self.place(&mut root, &v.root, built)?;
+        // The drained runs leave the root in the same commit as their entries reach the
+        // children (runs parked meanwhile stay).
+        root.runs
+            .retain(|r| !job.drain.iter().any(|d| Arc::ptr_eq(d, r)));
+        retired.extend(job.drain.iter().cloned());
         self.split_in_merges(job, halves);
         // Past the root's drain (the commit computes the bound of the rest from here on).
         let phase = job.root.take();
@@ -1306,6 +1625,8 @@ impl Tree {
             return r;
         }
         job.mem = None;
+        job.drain.clear();
+        self.draining.store(0, Ordering::Release);
         Ok(())
     }
 
@@ -1433,6 +1754,9 @@ fn extents_of(root: &SNode) -> std::collections::HashSet<Extent> {
         if let Some(d) = &n.dtree {
             out.extend(d.run.meta().extents.iter().copied());
         }
+        for r in &n.runs {
+            out.extend(r.meta().extents.iter().copied());
+        }
         stack.extend(n.children.iter().map(|c| &**c));
     }
     out
@@ -1468,6 +1792,20 @@ impl Index for NbTree {
             return Ok(());
         }
         let v = self.version();
+        if self.sigma_memtables() > 1 && !v.root.is_leaf() {
+            // Z becomes a root run: one sequential write of it, read from memory. The drain in
+            // flight, if any, owes its share over the memtables left until the root's filling
+            // runs reach c (this one included).
+            let bound = mem.bytes().saturating_mul(2).max(1);
+            let runs = v.root.runs.len() as u64;
+            let filling = runs.saturating_sub(self.draining.load(Ordering::Acquire));
+            let k = self.sigma_memtables().saturating_sub(filling).max(1);
+            let mut pp = self.park_pending.lock();
+            *pp = Some((mem, bound, k));
+            let owed = self.job_left.load(Ordering::Acquire).div_ceil(k);
+            self.debt.store(bound + owed, Ordering::Release);
+            return Ok(());
+        }
         let bound = job_bound(
             &v.root,
             mem.bytes(),
@@ -1489,6 +1827,9 @@ impl Index for NbTree {
     fn work(&self, budget: u64) -> Result<u64> {
         self.committer.error()?;
         let mut slot = self.job.lock();
+        if self.sigma_memtables() > 1 {
+            return self.work_parked(&mut slot, budget.max(1));
+        }
         if slot.is_none() {
             let Some((mem, bound)) = self.pending.lock().take() else {
                 drop(slot);
@@ -1510,7 +1851,11 @@ impl Index for NbTree {
     }
 
     fn background_work(&self) -> bool {
-        self.debt() > 0 || self.dirty() || self.committer.busy()
+        self.debt() > 0
+            || self.dirty()
+            || self.committer.busy()
+            || self.job_left.load(Ordering::Acquire) > 0
+            || self.drain_due()
     }
 
     /// Top down along the key's path (spec §3.9): each d-tree's live part is searched only
@@ -1519,6 +1864,13 @@ impl Index for NbTree {
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
         let v = self.version();
         let start = out.len();
+        // The root's runs (c > 1), newest first: above everything below the root.
+        for r in &v.root.runs {
+            r.run()?.get(key, seq, out)?;
+            if out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge) {
+                return Ok(());
+            }
+        }
         let mut n = &v.root;
         loop {
             if let Some(d) = n.dtree.as_ref().filter(|d| d.is_live(key)) {
@@ -1574,11 +1926,16 @@ impl Index for NbTree {
             ("max_work_call_pages", &c.max_call_pages),
             ("commits", &c.commits),
             ("max_commit_us", &c.max_commit_us),
+            ("parks", &c.parks),
+            ("root_drains", &c.drains),
         ]);
         s.shape.push(format!(
-            "f {} sigma {} B (memtable), bloom {} bits/key{}",
+            "f {} sigma {} B ({} memtable(s)), root runs {} ({} B), bloom {} bits/key{}",
             self.shape.fanout,
             self.shape.sigma,
+            self.sigma_memtables(),
+            v.root.runs.len(),
+            v.root.runs_units(),
             self.params.bloom_bits_per_key,
             match &v.cursor {
                 Some(c) => format!(", job at {:?} {:?}", c.path, c.phase),
@@ -1604,6 +1961,12 @@ impl Index for NbTree {
         }
         s.counters
             .insert("dtrees".into(), levels.iter().map(|l| l.dtrees).sum());
+        s.counters
+            .insert("root_runs".into(), v.root.runs.len() as u64);
+        for r in &v.root.runs {
+            s.entries += r.meta().entries;
+            s.filter_bytes += r.meta().filter_pages * PAGE_SIZE as u64;
+        }
         s
     }
 

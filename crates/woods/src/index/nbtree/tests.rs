@@ -35,6 +35,15 @@ fn params(fanout: u32) -> NbTreeParams {
     NbTreeParams {
         fanout,
         bloom_bits_per_key: 10,
+        sigma_memtables: 1,
+    }
+}
+
+/// `params` with σ = c memtables.
+fn params_c(fanout: u32, c: u32) -> NbTreeParams {
+    NbTreeParams {
+        sigma_memtables: c,
+        ..params(fanout)
     }
 }
 
@@ -676,7 +685,7 @@ fn policy_decisions() {
         Arc::new(SNode {
             keys,
             children,
-            dtree: None,
+            ..SNode::default()
         })
     };
     let at = |path: Vec<u32>, phase: Phase| Cursor { path, phase };
@@ -902,7 +911,7 @@ fn paced_jobs_are_bounded_per_call_and_finish_before_the_next_freeze() {
 
 fn db_options(background_threads: usize) -> crate::Options {
     crate::Options {
-        index: Some(crate::IndexKind::NbTree(NbTreeParams::default())),
+        index: Some(crate::IndexKind::NbTree(params(3))),
         cache_bytes: 1 << 20,
         memtable_bytes: 64 << 10,
         direct_io: false,
@@ -1294,4 +1303,283 @@ fn leaves_split_in_the_merge_as_after_it() {
         "units moved {moved:?} with {} splits in merges of leaves over σ = {sigma} (seed {s})",
         in_merge.0
     );
+}
+
+/// σ a multiple c of the memtable (c = 2 and 4; issue 25 item 2), against a model: random
+/// puts, overwrites and deletes of variable size, each memtable absorbed and worked off as the
+/// Db's pacing does (until the debt is 0, in random budgets), every invariant checked after
+/// every step, reads while parks and drains are half done, and reopens from the manifest at
+/// random points (a power cut before a park is durable: the log brings the memtable back; a
+/// crash with a drain in flight: it starts again from the root's runs, or resumes from its
+/// cursor). Checks the pacing of the drains too: no memtable owes more than a c-th of a
+/// drain's bound, and the root never holds more than 2c runs (or c more than it had after a
+/// reopen, whose first drain takes every run).
+#[test]
+fn root_runs_with_sigma_a_multiple_of_the_memtable() {
+    let s = seed();
+    let scale: u64 = std::env::var("WOODS_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for c in [2u32, 4] {
+        root_runs_against_a_model(s ^ u64::from(c), c, 120 * scale);
+    }
+}
+
+/// Parks and drains of the trees a test replaced by reopens.
+#[derive(Default)]
+struct Counted {
+    parks: u64,
+    drains: u64,
+}
+
+impl Counted {
+    fn merge(&mut self, st: &IndexStats) {
+        self.parks += st.counters["parks"];
+        self.drains += st.counters["root_drains"];
+    }
+}
+
+fn root_runs_against_a_model(s: u64, c: u32, rounds: u64) {
+    let mut rng = SmallRng::seed_from_u64(s);
+    let fanout = rng.gen_range(3..=4);
+    let mem_bytes = rng.gen_range(3_000..6_000);
+    println!("c {c} fanout {fanout} memtable {mem_bytes} (seed {s})");
+    let mut h = Harness::new(mem_bytes, params_c(fanout, c));
+    let c64 = u64::from(c);
+    assert_eq!(h.tree.shape.sigma, c64 * mem_bytes);
+    let mut model = Model::new();
+    // Absorbs whose share of a drain was checked.
+    let mut paced = 0;
+    // Root runs after the last reopen: one drain takes them all, and no more than c more are
+    // parked before it ends.
+    let mut reopened_with = 0;
+    let (mut reopens, mut mid_drain, mut replayed, mut max_runs) = (0, 0, 0, 0);
+    // The memtables absorbed whose writes may not be durable yet (the Db's log holds them).
+    let mut absorbed: Vec<Arc<Memtable>> = Vec::new();
+    // Parks and drains of the trees replaced by reopens.
+    let mut counted = Counted::default();
+    for round in 0..rounds {
+        let mut writes = Vec::new();
+        let mut bytes = 0;
+        let mut next = model.clone();
+        loop {
+            let k = key(rng.gen_range(0..1500));
+            let v = if rng.gen_ratio(1, 5) {
+                None
+            } else {
+                Some(value(&mut rng))
+            };
+            let b = 8 + v.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
+            if bytes + b > mem_bytes {
+                break;
+            }
+            bytes += b;
+            match &v {
+                Some(v) => next.insert(k.clone(), v.clone()),
+                None => next.remove(&k),
+            };
+            writes.push((k, v));
+        }
+        let mem = h.mem(&writes);
+        let seq = h.seq;
+        assert_eq!(h.tree.debt(), 0, "round {round}: absorb with debt");
+        let parking = !h.tree.version().root.is_leaf();
+        let left = h.tree.job_left.load(Ordering::Relaxed);
+        h.tree.absorb(mem.clone()).unwrap();
+        let durable = h.tree.durable_seq();
+        absorbed.retain(|m| m.max_seq() > durable);
+        if !mem.is_empty() {
+            absorbed.push(mem.clone());
+        }
+        // The drain in flight owes this memtable at most a c-th of its bound: each memtable
+        // since its start paid its share.
+        let bound = h.tree.drain_bound.load(Ordering::Relaxed);
+        if parking && !mem.is_empty() && left > 0 && bound > 0 {
+            let owed = h.tree.debt() - 2 * mem.bytes();
+            assert!(
+                owed <= bound.div_ceil(c64),
+                "round {round}: a memtable owes {owed} of a drain bounded by {bound}"
+            );
+            paced += 1;
+        }
+        let crash_at = rng.gen_ratio(1, 10).then(|| rng.gen_range(1..20));
+        let mut calls = 0;
+        let mut debt = h.tree.debt();
+        while h.tree.debt() > 0 {
+            let steps = h.tree.counters.job_steps.load(Ordering::Relaxed);
+            h.tree.work(rng.gen_range(1..2 * mem_bytes)).unwrap();
+            calls += 1;
+            assert!(calls < 100_000, "round {round}: the debt is never paid");
+            let now = h.tree.debt();
+            assert!(now <= debt, "round {round}: debt rose from {debt} to {now}");
+            debt = now;
+            if h.tree.counters.job_steps.load(Ordering::Relaxed) != steps {
+                h.tree
+                    .check()
+                    .unwrap_or_else(|e| panic!("round {round}: {e}"));
+                max_runs = max_runs.max(h.tree.version().root.runs.len() as u64);
+            }
+            // Mid-park or mid-drain: the memtable (until its park commits, the index still
+            // reads without it) and the index together give the new state.
+            if rng.gen_ratio(1, 3) {
+                let k = key(rng.gen_range(0..1500));
+                let mut out = Vec::new();
+                mem.get(&k, seq, &mut out);
+                let got = match out.first() {
+                    Some(e) => (e.kind == Kind::Put).then(|| e.value.to_vec()),
+                    None => h.get_at(&k, seq),
+                };
+                assert_eq!(got, next.get(&k).cloned(), "round {round}: mid-job get");
+            }
+            if crash_at == Some(calls) {
+                // A power cut: only what the committer made durable survives.
+                counted.merge(&h.tree.stats());
+                h.reopen();
+                reopens += 1;
+                while h.tree.debt() > 0 {
+                    h.tree.work(rng.gen_range(1..2 * mem_bytes)).unwrap();
+                }
+                // The log brings back every memtable whose park had not committed (this one,
+                // and earlier ones the committer had not reached), oldest first.
+                let durable = h.tree.durable_seq();
+                let lost: Vec<_> = (absorbed.iter())
+                    .filter(|m| m.max_seq() > durable)
+                    .cloned()
+                    .collect();
+                for (i, m) in lost.iter().enumerate() {
+                    h.tree.absorb(m.clone()).unwrap();
+                    replayed += 1;
+                    if i + 1 < lost.len() {
+                        while h.tree.debt() > 0 {
+                            h.tree.work(rng.gen_range(1..2 * mem_bytes)).unwrap();
+                        }
+                    }
+                }
+                debt = h.tree.debt();
+                h.tree.check().unwrap();
+                reopened_with = h.tree.version().root.runs.len() as u64;
+            }
+        }
+        assert!(
+            !mem.is_empty() || h.tree.durable_seq() <= seq,
+            "round {round}: durable past the writes"
+        );
+        model = next;
+        let runs = h.tree.version().root.runs.len() as u64;
+        assert!(
+            runs <= (2 * c64).max(reopened_with + c64),
+            "round {round}: {runs} root runs ({reopened_with} after the last reopen)"
+        );
+        if rng.gen_ratio(1, 8) && h.tree.job_left.load(Ordering::Relaxed) > 0 {
+            // A crash with a drain in flight, after the parks are durable.
+            h.tree.commit_published().unwrap();
+            counted.merge(&h.tree.stats());
+            h.reopen();
+            assert_eq!(h.tree.durable_seq(), seq, "round {round}: parks lost");
+            h.tree.check().unwrap();
+            reopened_with = h.tree.version().root.runs.len() as u64;
+            (reopens, mid_drain) = (reopens + 1, mid_drain + 1);
+            while h.tree.debt() > 0 {
+                h.tree.work(rng.gen_range(1..2 * mem_bytes)).unwrap();
+            }
+        }
+        if round % 15 == 14 {
+            h.tree.check().unwrap();
+            h.verify(&model, &mut rng);
+        }
+    }
+    h.settle();
+    h.tree.check().unwrap();
+    h.verify(&model, &mut rng);
+    let st = h.tree.stats();
+    println!(
+        "{st:#?}\nreopens {reopens} (mid-drain {mid_drain}, replayed {replayed}), most root runs {max_runs}, shares checked {paced}"
+    );
+    counted.merge(&st);
+    assert!(
+        counted.parks > 0 && counted.drains > 0 && paced > 0,
+        "parks {} drains {}",
+        counted.parks,
+        counted.drains
+    );
+    h.reopen();
+    h.tree.check().unwrap();
+    h.verify(&model, &mut rng);
+    // Space: the allocator holds exactly what the manifest lists: the d-trees and root runs.
+    h.tree.commit_published().unwrap();
+    let state = h.ctx.manifest.state();
+    let listed: u64 = state.allocated.iter().map(|e| e.pages).sum();
+    let mut ds = Vec::new();
+    version::dtrees(&h.tree.version().root, &mut ds);
+    let pages: u64 = ds.iter().map(|d| d.run.meta().pages()).sum::<u64>()
+        + (h.tree.version().root.runs.iter())
+            .map(|r| r.meta().pages())
+            .sum::<u64>();
+    assert_eq!(listed, pages, "manifest and d-trees disagree");
+}
+
+/// The metadata with root runs (version 2) reads back as written, rejects every prefix, and
+/// the same tree without runs encodes as version 1, byte for byte the layout from before σ
+/// could be a multiple of the memtable.
+#[test]
+fn metadata_with_root_runs_round_trips() {
+    let vlen = 8;
+    let mut h = Harness::new(6 * unit(vlen), params_c(3, 4));
+    let mut i = 0u64;
+    while h.tree.version().root.runs.is_empty() {
+        let w: Vec<_> = (0..6u64)
+            .map(|j| (key((i * 6 + j) * 7 % 997), Some(vec![3u8; vlen as usize])))
+            .collect();
+        i += 1;
+        let m = h.mem(&w);
+        h.tree.absorb(m).unwrap();
+        while h.tree.debt() > 0 {
+            h.tree.work(10).unwrap();
+        }
+        assert!(i < 1000, "no root run");
+    }
+    h.tree.commit_published().unwrap();
+    let meta = h.ctx.manifest.state().index_meta;
+    assert_eq!(meta[0], 2, "version byte with root runs");
+    let d = decode_meta(&meta, &h.ctx.store).unwrap();
+    let v = h.tree.version();
+    assert_eq!(d.root.runs.len(), v.root.runs.len());
+    let again = version::encode_meta(&d.root, d.height, &d.observed, d.cursor.as_ref());
+    assert_eq!(again, meta);
+    for cut in 0..meta.len() {
+        assert!(
+            decode_meta(&meta[..cut], &h.ctx.store).is_err(),
+            "prefix of {cut} bytes accepted"
+        );
+    }
+    // Without its runs the same tree is version 1, and the runs' bytes were a suffix.
+    let mut bare = (*d.root).clone();
+    bare.runs.clear();
+    let v1 = version::encode_meta(&bare, d.height, &d.observed, d.cursor.as_ref());
+    assert_eq!(v1[0], 1);
+    assert_eq!(v1[1..], meta[1..v1.len()]);
+    assert!(decode_meta(&v1, &h.ctx.store).unwrap().root.runs.is_empty());
+}
+
+/// `sigma_memtables` outside 1..=64 is refused with a typed error naming it.
+#[test]
+fn sigma_memtables_is_validated() {
+    for c in [0u32, 65] {
+        let o = crate::Options {
+            index: Some(crate::IndexKind::NbTree(params_c(3, c))),
+            ..crate::Options::default()
+        };
+        match o.validate() {
+            Err(Error::InvalidOption(m)) => assert!(m.contains("sigma_memtables"), "{m}"),
+            other => panic!("c = {c}: {other:?}"),
+        }
+    }
+    for c in [1u32, 64] {
+        let o = crate::Options {
+            index: Some(crate::IndexKind::NbTree(params_c(3, c))),
+            ..crate::Options::default()
+        };
+        o.validate().unwrap();
+    }
 }

@@ -16,8 +16,13 @@ use crate::memtable::ENTRY_OVERHEAD;
 use crate::run::{LazyRun, RunMeta};
 use crate::storage::PageFile;
 
-/// Version byte of the encoded metadata.
+/// Version byte of the encoded metadata: 1 without root runs (the layout from before σ could
+/// be a multiple of the memtable, still written then), 2 with them.
 const META_VERSION: u8 = 1;
+const META_VERSION_RUNS: u8 = 2;
+
+/// Most root runs a decoder accepts (c is at most 64, and a root holds at most 2c runs).
+pub const MAX_ROOT_RUNS: u64 = 256;
 
 /// Deepest s-tree a decoder accepts: far beyond any real tree (a height of 64 at f = 3 holds
 /// 2^63 d-trees), so that corrupt metadata cannot recurse without bound.
@@ -82,11 +87,15 @@ impl DTree {
 /// A structural node. A leaf has no keys and no children; a non-leaf with r keys has r + 1
 /// children, child i holding the keys in `[keys[i-1], keys[i])`. The root's d-tree is the Db's
 /// memtables; the root owns an on-disk d-tree only while it is a leaf (the tree is one node).
+/// With σ a multiple c > 1 of the memtable, a non-leaf root also owns `runs`: one per absorbed
+/// memtable not yet drained into its children (the rest of its d-tree, on disk).
 #[derive(Clone, Default)]
 pub struct SNode {
     pub keys: Vec<Arc<[u8]>>,
     pub children: Vec<Arc<SNode>>,
     pub dtree: Option<DTree>,
+    /// The root's runs, newest first (empty below the root, and with c = 1).
+    pub runs: Vec<Arc<LazyRun>>,
 }
 
 impl SNode {
@@ -108,6 +117,14 @@ impl SNode {
     /// Live size of all children together (the sibling group below this node).
     pub fn group_units(&self) -> u64 {
         self.children.iter().map(|c| c.live_units()).sum()
+    }
+
+    /// Size of the root's runs in [`units`].
+    pub fn runs_units(&self) -> u64 {
+        self.runs
+            .iter()
+            .map(|r| units(r.meta().entries, r.meta().user_bytes))
+            .sum()
     }
 }
 
@@ -223,14 +240,19 @@ pub fn dtrees(root: &SNode, out: &mut Vec<DTree>) {
 }
 
 /// Encodes the metadata (layout in `docs/format.md`): version byte, observed figures, height,
-/// the s-tree in pre-order, then the job cursor.
+/// the s-tree in pre-order, the job cursor, then (version 2 only) the root's runs.
 pub fn encode_meta(
     root: &SNode,
     height: u32,
     observed: &Observed,
     cursor: Option<&Cursor>,
 ) -> Vec<u8> {
-    let mut out = vec![META_VERSION];
+    let version = if root.runs.is_empty() {
+        META_VERSION
+    } else {
+        META_VERSION_RUNS
+    };
+    let mut out = vec![version];
     codec::put_varint(&mut out, observed.sigma_max);
     codec::put_varint(&mut out, observed.max_sent);
     codec::put_varint(&mut out, observed.max_group);
@@ -257,6 +279,12 @@ pub fn encode_meta(
             for a in args {
                 codec::put_varint(&mut out, a);
             }
+        }
+    }
+    if !root.runs.is_empty() {
+        codec::put_varint(&mut out, root.runs.len() as u64);
+        for r in &root.runs {
+            r.meta().encode(&mut out);
         }
     }
     out
@@ -304,7 +332,7 @@ pub fn decode_meta(buf: &[u8], store: &Arc<PageFile>) -> Result<Decoded> {
     let bad = |d: String| Error::corruption("nbtree metadata", None, d);
     let mut r = Reader::new(buf, "nbtree metadata");
     let v = r.u8()?;
-    if v != META_VERSION {
+    if v != META_VERSION && v != META_VERSION_RUNS {
         return Err(bad(format!("unknown version {v}")));
     }
     let observed = Observed {
@@ -316,7 +344,7 @@ pub fn decode_meta(buf: &[u8], store: &Arc<PageFile>) -> Result<Decoded> {
     if height == 0 || height > MAX_HEIGHT as u64 {
         return Err(bad(format!("height {height}")));
     }
-    let root = decode_node(&mut r, store, 1)?;
+    let mut root = decode_node(&mut r, store, 1)?;
     let found = height_of(&root);
     if u64::from(found) != height {
         return Err(bad(format!(
@@ -356,6 +384,21 @@ pub fn decode_meta(buf: &[u8], store: &Arc<PageFile>) -> Result<Decoded> {
         }
         t => return Err(bad(format!("unknown cursor tag {t}"))),
     };
+    if v == META_VERSION_RUNS {
+        let n = r.varint()?;
+        if n == 0 || n > MAX_ROOT_RUNS || root.is_leaf() {
+            return Err(bad(format!(
+                "{n} root runs (a {} root)",
+                if root.is_leaf() { "leaf" } else { "non-leaf" }
+            )));
+        }
+        let mut runs = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let meta = RunMeta::decode(&mut r)?;
+            runs.push(Arc::new(LazyRun::new(store.clone(), meta)));
+        }
+        Arc::make_mut(&mut root).runs = runs;
+    }
     if !r.is_empty() {
         return Err(bad(format!("{} trailing bytes", r.remaining())));
     }
@@ -418,5 +461,6 @@ fn decode_node(r: &mut Reader, store: &Arc<PageFile>, depth: usize) -> Result<Ar
         keys,
         children,
         dtree,
+        runs: Vec::new(),
     }))
 }
