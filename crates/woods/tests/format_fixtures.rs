@@ -210,6 +210,19 @@ fn v2_1_fixtures_open_with_their_contents() {
     }
 }
 
+/// The kind a fixture was made with: the suite's, but `nbtree`'s fixtures predate σ as a
+/// multiple of the memtable (`NbTreeParams::sigma_memtables`, whose default is now 8), so they
+/// hold c = 1.
+fn as_made(kind: &woods::IndexKind) -> woods::IndexKind {
+    match kind {
+        woods::IndexKind::NbTree(p) => woods::IndexKind::NbTree(woods::NbTreeParams {
+            sigma_memtables: 1,
+            ..p.clone()
+        }),
+        k => k.clone(),
+    }
+}
+
 fn opens_with_its_contents(kind: &woods::IndexKind, dir: &Path) {
     {
         let kind = kind.clone();
@@ -223,7 +236,7 @@ fn opens_with_its_contents(kind: &woods::IndexKind, dir: &Path) {
             },
         )
         .expect("open fixture");
-        assert_eq!(db.index_kind(), kind);
+        assert_eq!(db.index_kind(), as_made(&kind));
         let universe = (0..3100u32)
             .map(|i| format!("fixture-{i:05}").into_bytes())
             .chain((0..50u32).map(|i| format!("counter-{i:02}").into_bytes()));

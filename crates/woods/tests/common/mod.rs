@@ -42,15 +42,15 @@ pub fn kinds() -> Vec<IndexKind> {
             size_ratio: 4,
             ..LsmParams::default()
         }),
-        // σ is the suite's 64 KiB memtable times WOODS_NBTREE_SIGMA: 1 unless set, so that
-        // the integration tests keep testing the tree with σ = the memtable (the nbtree unit
-        // tests do too) while the default is c = 8; the suite's nbtree tests pass with 4 and 8
-        // as well (2026-11-28). f = 3 (the paper's) reaches height 3 and more.
+        // σ is the suite's 64 KiB memtable times WOODS_NBTREE_SIGMA, the default c = 8 unless
+        // set, so that the suite tests what a user gets (the root's runs, parks and paced
+        // drains); WOODS_NBTREE_SIGMA=1 tests the tree with σ = the memtable, deeper at the
+        // suite's sizes, as the nbtree unit tests do. f = 3 (the paper's).
         IndexKind::NbTree(NbTreeParams {
             sigma_memtables: std::env::var("WOODS_NBTREE_SIGMA")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(1),
+                .unwrap_or(NbTreeParams::default().sigma_memtables),
             ..NbTreeParams::default()
         }),
         IndexKind::Stbe(StbeParams {

@@ -688,20 +688,18 @@ impl Tree {
                 "a memtable parked into no run",
             ));
         };
-        let mut cur = self.current.write();
-        let mut root = (*cur.root).clone();
-        root.runs.insert(0, Arc::new(LazyRun::from_run(run)));
-        let epoch = cur._epoch.advance(Vec::new());
-        *cur = Arc::new(Version {
-            root: Arc::new(root),
-            height: cur.height,
-            cursor: cur.cursor.clone(),
-            observed: cur.observed,
-            seq: mem.max_seq().max(cur.seq),
-            gen: cur.gen + 1,
-            _epoch: epoch,
+        self.current.publish(&self.committer, |cur| {
+            let mut root = (*cur.root).clone();
+            root.runs.insert(0, Arc::new(LazyRun::from_run(run)));
+            Arc::new(Version {
+                root: Arc::new(root),
+                height: cur.height,
+                cursor: cur.cursor.clone(),
+                observed: cur.observed,
+                seq: mem.max_seq().max(cur.seq),
+                _epoch: cur._epoch.advance(Vec::new()),
+            })
         });
-        drop(cur);
         self.committer.request();
         self.counters.job_steps.fetch_add(1, Ordering::Relaxed);
         self.counters.parks.fetch_add(1, Ordering::Relaxed);
