@@ -384,6 +384,31 @@ struct Job {
 }
 
 impl Job {
+    /// A job at its start: draining `mem` or the root runs `drain` first when `root` says so,
+    /// else resuming at `cursor`, with `bound` the work it has left.
+    fn new(
+        mem: Option<Arc<Memtable>>,
+        drain: Vec<Arc<LazyRun>>,
+        root: Option<RootPhase>,
+        cursor: Cursor,
+        bound: u64,
+        observed: Observed,
+    ) -> Job {
+        Job {
+            mem,
+            drain,
+            root,
+            cursor,
+            pipe: None,
+            batch: None,
+            bound,
+            done_since: 0,
+            observed,
+            counted_flush: None,
+            halves: Vec::new(),
+        }
+    }
+
     fn debt(&self) -> u64 {
         self.bound.saturating_sub(self.done_since).max(1)
     }
@@ -485,19 +510,7 @@ impl NbTree {
             let v = tree.version();
             settle(&v.root, cursor.clone(), shape)?;
             let bound = rest_bound(&v.root, &cursor, granule(v.observed.max_group), shape);
-            let job = Job {
-                mem: None,
-                drain: Vec::new(),
-                root: None,
-                cursor,
-                pipe: None,
-                batch: None,
-                bound,
-                done_since: 0,
-                observed: v.observed,
-                counted_flush: None,
-                halves: Vec::new(),
-            };
+            let job = Job::new(None, Vec::new(), None, cursor, bound, v.observed);
             tree.debt.store(job.debt(), Ordering::Release);
             tree.job_left.store(job.debt(), Ordering::Relaxed);
             *tree.job.lock() = Some(job);
@@ -741,22 +754,14 @@ impl Tree {
         self.drain_bound.store(bound, Ordering::Relaxed);
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         self.counters.drains.fetch_add(1, Ordering::Relaxed);
-        Ok(Job {
-            mem: None,
+        Ok(Job::new(
+            None,
             drain,
-            root: Some(RootPhase::Flush { receivers }),
-            cursor: Cursor {
-                path: Vec::new(),
-                phase: Phase::Splits,
-            },
-            pipe: None,
-            batch: None,
+            Some(RootPhase::Flush { receivers }),
+            Cursor::at_root(),
             bound,
-            done_since: 0,
-            observed: v.observed,
-            counted_flush: None,
-            halves: Vec::new(),
-        })
+            v.observed,
+        ))
     }
 
     fn run_options(&self, purpose: Purpose) -> RunOptions {
@@ -858,22 +863,14 @@ impl Tree {
         };
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         self.allow.store(0, Ordering::Relaxed);
-        Ok(Job {
-            mem: Some(mem),
-            drain: Vec::new(),
-            root: Some(root),
-            cursor: Cursor {
-                path: Vec::new(),
-                phase: Phase::Splits,
-            },
-            pipe: None,
-            batch: None,
+        Ok(Job::new(
+            Some(mem),
+            Vec::new(),
+            Some(root),
+            Cursor::at_root(),
             bound,
-            done_since: 0,
-            observed: v.observed,
-            counted_flush: None,
-            halves: Vec::new(),
-        })
+            v.observed,
+        ))
     }
 
     /// Advances the job in `slot` by about `budget` units (one key past it, plus the finish and
@@ -1456,10 +1453,7 @@ impl Tree {
                         root: Arc::new(root),
                         retired,
                         durable_seq: mem.map(|m| m.max_seq()),
-                        cursor: Cursor {
-                            path: Vec::new(),
-                            phase: Phase::Splits,
-                        },
+                        cursor: Cursor::at_root(),
                     },
                 )?;
                 job.mem = None;

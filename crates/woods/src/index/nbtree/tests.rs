@@ -410,27 +410,7 @@ fn random_workload_with_snapshots_and_reopens() {
     let (mut resumed, mut replayed) = (0, 0);
     for round in 0..160 {
         // A memtable of at most σ.
-        let mut writes = Vec::new();
-        let mut bytes = 0;
-        let mut next = model.clone();
-        loop {
-            let k = key(rng.gen_range(0..1500));
-            let v = if rng.gen_ratio(1, 5) {
-                None
-            } else {
-                Some(value(&mut rng))
-            };
-            let b = 8 + v.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
-            if bytes + b > sigma {
-                break;
-            }
-            bytes += b;
-            match &v {
-                Some(v) => next.insert(k.clone(), v.clone()),
-                None => next.remove(&k),
-            };
-            writes.push((k, v));
-        }
+        let (writes, next) = random_memtable(&mut rng, &model, sigma);
         let mem = h.mem(&writes);
         let seq = h.seq;
         h.tree.absorb(mem.clone()).unwrap();
@@ -1360,27 +1340,7 @@ fn root_runs_against_a_model(s: u64, c: u32, rounds: u64) {
     // Parks and drains of the trees replaced by reopens.
     let mut counted = Counted::default();
     for round in 0..rounds {
-        let mut writes = Vec::new();
-        let mut bytes = 0;
-        let mut next = model.clone();
-        loop {
-            let k = key(rng.gen_range(0..1500));
-            let v = if rng.gen_ratio(1, 5) {
-                None
-            } else {
-                Some(value(&mut rng))
-            };
-            let b = 8 + v.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
-            if bytes + b > mem_bytes {
-                break;
-            }
-            bytes += b;
-            match &v {
-                Some(v) => next.insert(k.clone(), v.clone()),
-                None => next.remove(&k),
-            };
-            writes.push((k, v));
-        }
+        let (writes, next) = random_memtable(&mut rng, &model, mem_bytes);
         let mem = h.mem(&writes);
         let seq = h.seq;
         assert_eq!(h.tree.debt(), 0, "round {round}: absorb with debt");
@@ -1582,4 +1542,35 @@ fn sigma_memtables_is_validated() {
         };
         o.validate().unwrap();
     }
+}
+
+/// A memtable's writes of at most `limit` bytes: random keys of 1,500, a fifth of them
+/// deletes; with `model` as it will be once they are applied.
+fn random_memtable(
+    rng: &mut SmallRng,
+    model: &Model,
+    limit: u64,
+) -> (Vec<(Vec<u8>, Option<Vec<u8>>)>, Model) {
+    let mut writes = Vec::new();
+    let mut bytes = 0;
+    let mut next = model.clone();
+    loop {
+        let k = key(rng.gen_range(0..1500));
+        let v = if rng.gen_ratio(1, 5) {
+            None
+        } else {
+            Some(value(rng))
+        };
+        let b = 8 + v.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD;
+        if bytes + b > limit {
+            break;
+        }
+        bytes += b;
+        match &v {
+            Some(v) => next.insert(k.clone(), v.clone()),
+            None => next.remove(&k),
+        };
+        writes.push((k, v));
+    }
+    (writes, next)
 }

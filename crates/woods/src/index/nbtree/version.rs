@@ -157,6 +157,17 @@ pub struct Cursor {
     pub phase: Phase,
 }
 
+impl Cursor {
+    /// The root, splitting its oversized leaf children first: where a job goes after the
+    /// root's drain.
+    pub fn at_root() -> Cursor {
+        Cursor {
+            path: Vec::new(),
+            phase: Phase::Splits,
+        }
+    }
+}
+
 /// Figures the structure's size bounds depend on, persisted because they are historical: the
 /// largest σ the tree was built with, the most one s-node sent in one flush (the root: a
 /// frozen memtable), and the largest key group (all versions of one key) a flush cut or a split
