@@ -17,6 +17,8 @@ use crate::merge::{resolve, MergeIter, Resolver};
 use crate::storage::{FaultFs, PageFile};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+/// Writes of a memtable in order: a key and its value, `None` for a delete.
+type Writes = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 use crate::testutil::{fault_ctx, reopen_fault_ctx, seed};
 
@@ -1021,7 +1023,7 @@ fn tiny_and_wide_parameters_against_a_model() {
         let mut model = Model::new();
         let keys = 40 * entries * u64::from(fanout);
         for _ in 0..(600 / entries).max(60) {
-            let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+            let mut writes: Writes = Vec::new();
             for _ in 0..rng.gen_range(1..=entries) {
                 let k = key(rng.gen_range(0..keys));
                 if writes.iter().any(|(w, _)| *w == k) {
@@ -1152,7 +1154,7 @@ fn concurrent_work_callers_keep_the_tree_and_its_answers() {
     let mut model = Model::new();
     let mut deep_flushes = 0;
     for round in 0..150 {
-        let mut writes: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        let mut writes: Writes = Vec::new();
         for _ in 0..40 {
             let k = key(rng.gen_range(0..4000));
             if writes.iter().any(|(w, _)| *w == k) {
@@ -1546,11 +1548,7 @@ fn sigma_memtables_is_validated() {
 
 /// A memtable's writes of at most `limit` bytes: random keys of 1,500, a fifth of them
 /// deletes; with `model` as it will be once they are applied.
-fn random_memtable(
-    rng: &mut SmallRng,
-    model: &Model,
-    limit: u64,
-) -> (Vec<(Vec<u8>, Option<Vec<u8>>)>, Model) {
+fn random_memtable(rng: &mut SmallRng, model: &Model, limit: u64) -> (Writes, Model) {
     let mut writes = Vec::new();
     let mut bytes = 0;
     let mut next = model.clone();
