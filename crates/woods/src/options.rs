@@ -140,7 +140,10 @@ pub struct NbTreeParams {
     /// (`docs/engine.md`, *σ a multiple of the memtable*). A larger σ makes the tree shallower
     /// (less write amplification) at the cost of one more write of every entry and up to 2c
     /// root runs a lookup may search. Default 8 (measured against 1, 2 and 4). In 1..=64
-    /// (`nbtree sigma_memtables N not in 1..=64`).
+    /// (`nbtree sigma_memtables N not in 1..=64`). A database keeps the c it was created with
+    /// (databases made before this option have c = 1): open an existing one with
+    /// [`crate::Options::index`] `None`, or with its own parameters; the new default given
+    /// explicitly to an older database is [`crate::Error::OptionsMismatch`].
     pub sigma_memtables: u32,
 }
 

@@ -252,7 +252,7 @@ pub trait Index: Send + Sync {
     fn check(&self) -> Result<u64>;
     /// Every distinct key the index holds a version of, in no particular order: how
     /// [`crate::Db::check`] counts live keys on a point-only kind, which cannot iterate.
-    /// Ordered kinds leave the default ([`Error::Unsupported`]).
+    /// Ordered kinds leave the default ([`crate::Error::Unsupported`]).
     fn point_keys(&self) -> Result<Vec<Vec<u8>>> {
         Err(crate::error::Error::Unsupported {
             what: "listing keys without an iterator".into(),
