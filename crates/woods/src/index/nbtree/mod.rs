@@ -576,13 +576,7 @@ impl Tree {
         if done > 0 {
             return Ok(done);
         }
-        if !self.dirty() && !self.committer.busy() {
-            return Ok(0);
-        }
-        self.committer.request();
-        self.committer
-            .wait_for(std::time::Duration::from_millis(1))?;
-        Ok(1)
+        self.committer.idle_work()
     }
 
     fn work_parked_steps(
