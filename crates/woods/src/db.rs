@@ -1615,25 +1615,27 @@ impl Inner {
     /// only drops those memtables. So while background threads exist, no writer's put
     /// pays an fsync for the index's work on those kinds.
     fn writer_work(&self, budget: u64) -> Result<u64> {
-        if self.opts.background_threads == 0 {
-            return self.do_work(budget);
-        }
-        self.check_failed()?;
-        let r = self.index.work(budget);
-        let done = self.note(r)?;
-        self.release_memtables();
-        Ok(done)
+        Ok(self.writer_work_as(budget, true)?.unwrap_or(0))
     }
 
     /// A writer's pacing share: [`Self::writer_work`], but `None` at once while a background
     /// thread is in the middle of the step ([`Index::work_unless_busy`]). Without background
     /// threads the only other holders are writers, and the share is done as it always was.
     fn writer_share(&self, budget: u64) -> Result<Option<u64>> {
+        self.writer_work_as(budget, false)
+    }
+
+    /// [`Self::writer_work`]; without `wait`, [`Self::writer_share`].
+    fn writer_work_as(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
         if self.opts.background_threads == 0 {
             return self.do_work(budget).map(Some);
         }
         self.check_failed()?;
-        let r = self.index.work_unless_busy(budget);
+        let r = if wait {
+            self.index.work(budget).map(Some)
+        } else {
+            self.index.work_unless_busy(budget)
+        };
         let done = self.note(r)?;
         if done.is_some() {
             self.release_memtables();
