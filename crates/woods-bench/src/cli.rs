@@ -56,12 +56,22 @@ random; each must be not found
   ycsb-d        95% reads, 5% inserts of new records, latest
   ycsb-e        95% scans (length uniform in 1..100), 5% inserts of new records, zipfian
   ycsb-f        50% reads, 50% read-modify-writes, zipfian
+  fd-w-search   the FD-tree paper's W-Search: 80% searches, 10% inserts of new records, 5% deletes, \
+5% updates
+  fd-w-insert   W-Insert: 20% searches, 50% inserts, 20% deletes, 10% updates
+  fd-w-delete   W-Delete: 20% searches, 20% inserts, 50% deletes, 10% updates
+  search-insert 50% searches, 50% inserts (the FD-tree paper's Figs. 7 and 10)
 Zipfian is YCSB's scrambled zipfian (constant 0.99, hot records scattered by an FNV hash); \
---distribution uniform|zipfian|latest replaces each YCSB workload's own. Without --workloads: \
-fillrandom, overwrite (only with --overwrites M), readrandom (unless --ops 0).
+--distribution uniform|zipfian|latest replaces each YCSB workload's own. The FD-tree mixes \
+search (get), update and delete records chosen uniformly among those present at the time, and \
+insert records no phase wrote before, whose keys land among the loaded ones: they need \
+--hashed-keys (or ycsb-load). Mixed phases also time each kind of operation apart (the table \
+after the figures). Without --workloads: fillrandom, overwrite (only with --overwrites M), \
+readrandom (unless --ops 0).
 
 Keys: fillseq, fillrandom and fillmixed load db_bench's keys (record i as 8 big-endian bytes, then '0' up \
-to --key-size); ycsb-load loads YCSB's (\"user\" and the decimal of fnvhash64(i), zero-padded \
+to --key-size; with --hashed-keys, fillseq and fillrandom write splitmix64(i) in their place, a \
+random key order); ycsb-load loads YCSB's (\"user\" and the decimal of fnvhash64(i), zero-padded \
 to --key-size, which must be at least 24). Values: --value-size bytes, a function of the \
 record, a version advanced by every write, and the seed. Every get and every scanned entry is \
 checked against what the record holds; scans must return ascending keys of existing records \
@@ -192,6 +202,12 @@ pub struct BenchArgs {
     /// FD-tree paper's Fig. 6 is windows of 100,000 inserts [default: none].
     #[arg(long, value_name = "W", default_value_t = 0)]
     pub window: u64,
+    /// fillseq and fillrandom load hashed keys: splitmix64 of the record as 8 big-endian bytes,
+    /// then '0' up to --key-size, so that records inserted later (fd-w-*, search-insert) land
+    /// uniformly among the loaded ones, as the FD-tree paper's uniform keys do [default:
+    /// db_bench keys, in record order].
+    #[arg(long)]
+    pub hashed_keys: bool,
     /// Request distribution of every YCSB phase [default: each workload's own: latest for
     /// ycsb-d, zipfian for the others].
     #[arg(long, value_enum, value_name = "D")]
@@ -573,6 +589,9 @@ pub struct BenchReport {
     /// `--no-wal`: the engines wrote without their write-ahead logs.
     #[serde(default)]
     pub no_wal: bool,
+    /// `--hashed-keys`: the db_bench loads wrote hashed keys.
+    #[serde(default)]
+    pub hashed_keys: bool,
     pub seed: u64,
     pub results: Vec<EngineResult>,
     /// Engines that failed, with why.
@@ -728,6 +747,7 @@ fn run_parent(
         progress: true,
         duration: args.duration.map(std::time::Duration::from_secs),
         window: args.window,
+        hashed_keys: args.hashed_keys,
     };
     // The children would find the same mistakes, once per engine.
     spec_for("", PathBuf::new())
@@ -960,6 +980,7 @@ fn run_parent(
         direct_io_requested: direct_io,
         sync: args.sync,
         no_wal: args.no_wal,
+        hashed_keys: args.hashed_keys,
         seed: args.seed,
         results,
         failures: failures.clone(),

@@ -160,7 +160,8 @@ impl RecordGen {
 }
 
 /// How the keys of a `woods bench` run are made. The run's first load phase sets it: `fillseq`
-/// and `fillrandom` load db_bench keys, `ycsb-load` YCSB keys; every later phase uses it.
+/// and `fillrandom` load db_bench keys (hashed ones with `--hashed-keys`), `ycsb-load` YCSB
+/// keys; every later phase uses it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyFormat {
@@ -171,6 +172,12 @@ pub enum KeyFormat {
     /// of `fnvhash64(i)`, zero-padded after `"user"` to the key size (YCSB's `zeropadding` =
     /// key size − 4). Key order is a random order of the records.
     Ycsb,
+    /// db_bench's layout over a bijective hash of the record: `splitmix64(i)` as 8 big-endian
+    /// bytes, then ASCII `'0'` up to the key size. Key order is a random order of the records,
+    /// so records inserted after the load land uniformly between the loaded ones (the FD-tree
+    /// paper's unique keys drawn uniformly from the key space), and a key maps back to its
+    /// record exactly ([`unsplitmix64`]) whatever the value size.
+    Hashed,
 }
 
 impl KeyFormat {
@@ -178,6 +185,7 @@ impl KeyFormat {
         match self {
             KeyFormat::DbBench => "db_bench",
             KeyFormat::Ycsb => "ycsb",
+            KeyFormat::Hashed => "hashed",
         }
     }
 }
@@ -237,7 +245,7 @@ impl Keys {
     /// 8 bytes for db_bench keys, 24 for YCSB keys.
     pub fn new(format: KeyFormat, key_size: usize) -> Result<Keys, String> {
         let min = match format {
-            KeyFormat::DbBench => MIN_KEY_SIZE,
+            KeyFormat::DbBench | KeyFormat::Hashed => MIN_KEY_SIZE,
             KeyFormat::Ycsb => YCSB_MIN_KEY_SIZE,
         };
         if key_size < min {
@@ -266,6 +274,10 @@ impl Keys {
                 out.resize(self.key_size, b'0');
             }
             KeyFormat::Ycsb => ycsb_key_into(fnvhash64(i as i64), self.key_size, out),
+            KeyFormat::Hashed => {
+                out.extend_from_slice(&splitmix64(i).to_be_bytes());
+                out.resize(self.key_size, b'0');
+            }
         }
     }
 
@@ -281,34 +293,41 @@ impl Keys {
     /// byte replaced by one that no record key has there (`'1'` after db_bench's `'0'` padding,
     /// `':'` after YCSB's digits). It sorts right after record `i`'s key. With 8-byte db_bench
     /// keys there is no padding to change, and the miss is the key of record `u64::MAX - i`,
-    /// past every record.
+    /// past every record. Hashed keys: the key of record `u64::MAX - i`, which no run issues,
+    /// at a uniformly random place among the records' keys.
     pub fn miss_key_into(&self, i: u64, out: &mut Vec<u8>) {
-        if self.format == KeyFormat::DbBench && self.key_size == MIN_KEY_SIZE {
+        if self.format == KeyFormat::Hashed
+            || (self.format == KeyFormat::DbBench && self.key_size == MIN_KEY_SIZE)
+        {
             self.key_into(u64::MAX - i, out);
             return;
         }
         self.key_into(i, out);
         let last = out.len() - 1;
         out[last] = match self.format {
-            KeyFormat::DbBench => b'1',
+            KeyFormat::DbBench | KeyFormat::Hashed => b'1',
             KeyFormat::Ycsb => b':',
         };
     }
 
-    /// The record whose key is `key`, where the format can tell (db_bench keys); `None` for a
-    /// key that is no record's key in that format, and always for YCSB keys (whose record is
-    /// found from its value, see [`Values::decode`]).
+    /// The record whose key is `key`, where the format can tell (db_bench and hashed keys);
+    /// `None` for a key that is no record's key in that format, and always for YCSB keys (whose
+    /// record is found from its value, see [`Values::decode`]).
     pub fn index_of(&self, key: &[u8]) -> Option<u64> {
-        if self.format != KeyFormat::DbBench || key.len() != self.key_size {
+        if self.format == KeyFormat::Ycsb || key.len() != self.key_size {
             return None;
         }
-        let i = u64::from_be_bytes(key[..8].try_into().ok()?);
+        let h = u64::from_be_bytes(key[..8].try_into().ok()?);
+        let i = match self.format {
+            KeyFormat::Hashed => unsplitmix64(h),
+            _ => h,
+        };
         key[8..].iter().all(|&b| b == b'0').then_some(i)
     }
 
     /// Where client `t` of `n` starts a sequential read over `count` records: the first of
     /// `n` equal parts of the key space (by record for db_bench keys, by hash value for YCSB
-    /// keys). Client 0 starts at the empty key, before every key.
+    /// and hashed keys). Client 0 starts at the empty key, before every key.
     pub fn split_point(&self, t: usize, n: usize, count: u64) -> Vec<u8> {
         if t == 0 {
             return Vec::new();
@@ -319,6 +338,12 @@ impl Keys {
                 let h = (i64::MAX as u128 * t as u128 / n as u128) as i64;
                 let mut out = Vec::with_capacity(self.key_size);
                 ycsb_key_into(h, self.key_size, &mut out);
+                out
+            }
+            KeyFormat::Hashed => {
+                let h = (u64::MAX as u128 * t as u128 / n as u128) as u64;
+                let mut out = h.to_be_bytes().to_vec();
+                out.resize(self.key_size, b'0');
                 out
             }
         }
@@ -531,6 +556,43 @@ mod tests {
         k8.miss_key_into(3, &mut miss);
         assert_eq!(k8.index_of(&miss), Some(u64::MAX - 3));
         assert!(Keys::new(KeyFormat::DbBench, 7).is_err());
+    }
+
+    /// Hashed keys map back to their records; records issued after a load of `0..N` have keys
+    /// spread among the loaded ones, not after them; misses are no issued record's key.
+    #[test]
+    fn hashed_keys_interleave_new_records() {
+        for size in [8usize, 16] {
+            let k = Keys::new(KeyFormat::Hashed, size).unwrap();
+            assert_eq!(k.key(7).len(), size);
+            assert_eq!(&k.key(7)[..8], &splitmix64(7).to_be_bytes());
+            for i in [0u64, 1, 2, 1000, 1 << 40, u64::MAX] {
+                assert_eq!(k.index_of(&k.key(i)), Some(i), "{size} bytes, record {i}");
+            }
+            let mut miss = Vec::new();
+            k.miss_key_into(3, &mut miss);
+            assert_eq!(k.index_of(&miss), Some(u64::MAX - 3));
+            // splitmix64 is fixed (no seed): these counts are the same in every run.
+            let mut loaded: Vec<Vec<u8>> = (0..10_000).map(|i| k.key(i)).collect();
+            loaded.sort();
+            let (lo, hi) = (&loaded[0], &loaded[loaded.len() - 1]);
+            let median = &loaded[loaded.len() / 2];
+            let new: Vec<Vec<u8>> = (10_000..11_000).map(|i| k.key(i)).collect();
+            let inside = new.iter().filter(|n| *n > lo && *n < hi).count();
+            let below = new.iter().filter(|n| *n < median).count();
+            assert!(
+                inside >= 995,
+                "{inside} of 1000 new keys between the loaded ones"
+            );
+            assert!(
+                (400..600).contains(&below),
+                "{below} of 1000 below the median"
+            );
+            assert!(loaded.binary_search(&new[0]).is_err());
+            assert!(k.split_point(1, 2, 10) > k.split_point(0, 2, 10));
+            assert_eq!(k.split_point(1, 2, 10)[0], 0x7f);
+        }
+        assert!(Keys::new(KeyFormat::Hashed, 7).is_err());
     }
 
     #[test]

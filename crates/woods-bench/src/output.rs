@@ -249,12 +249,13 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
     let data = rep.records * (rep.key_size + rep.value_size) as u64;
     let _ = writeln!(
         s,
-        "- **Run**: {} records of {} + {} bytes ({}); phases {}; {} client thread(s); {}{}{}; \
+        "- **Run**: {} records of {} + {} bytes ({}{}); phases {}; {} client thread(s); {}{}{}; \
          seed {}",
         rep.records,
         rep.key_size,
         rep.value_size,
         report::bytes(data as f64),
+        if rep.hashed_keys { ", hashed keys" } else { "" },
         crate::cli::describe(&rep.phases),
         rep.threads,
         if rep.sync {
@@ -282,6 +283,14 @@ pub fn summary(rep: &BenchReport, charts: &[PhaseCharts]) -> String {
             s,
             "## Figures\n\n{}",
             report::figures(&rep.results).markdown()
+        );
+    }
+    if let Some(g) = report::latency_by_op(&rep.results) {
+        let _ = writeln!(
+            s,
+            "## Latency by operation\n\nThe mixed phases' operations timed by kind (`read` is a \
+             get, the FD-tree paper's search).\n\n{}",
+            g.markdown()
         );
     }
     if let Some(r) = report::ratios(&rep.results) {

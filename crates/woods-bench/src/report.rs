@@ -311,10 +311,47 @@ pub fn ratios(results: &[EngineResult]) -> Option<Grid> {
     })
 }
 
-/// The figures table (a row per engine and phase) and, with two engines or more, the ratio
-/// table against the first engine, phase by phase.
+/// The latency of each kind of operation of the mixed phases apart (YCSB's and the FD-tree
+/// mixes): a row per engine, phase and kind. `None` when no phase is mixed.
+pub fn latency_by_op(results: &[EngineResult]) -> Option<Grid> {
+    let header = [
+        "engine", "phase", "op", "count", "mean", "p50", "p99", "p99.9", "max",
+    ];
+    let mut rows = Vec::new();
+    for r in results {
+        for p in &r.phases {
+            for (op, l) in &p.latency_by_op {
+                rows.push(vec![
+                    r.engine.clone(),
+                    p.workload.name().to_string(),
+                    op.clone(),
+                    l.count.to_string(),
+                    ns(l.mean_ns),
+                    ns(l.p50_ns as f64),
+                    ns(l.p99_ns as f64),
+                    ns(l.p999_ns as f64),
+                    ns(l.max_ns as f64),
+                ]);
+            }
+        }
+    }
+    (!rows.is_empty()).then(|| Grid {
+        header: header.iter().map(|h| h.to_string()).collect(),
+        rows,
+        left: 3,
+        text: 3,
+    })
+}
+
+/// The figures table (a row per engine and phase), the latency of each kind of operation of
+/// the mixed phases and, with two engines or more, the ratio table against the first engine,
+/// phase by phase.
 pub fn table(results: &[EngineResult]) -> String {
     let mut out = figures(results).text();
+    if let Some(g) = latency_by_op(results) {
+        out.push('\n');
+        out.push_str(&g.text());
+    }
     if let Some(r) = ratios(results) {
         out.push('\n');
         out.push_str(&r.text());

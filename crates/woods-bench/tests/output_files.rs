@@ -86,6 +86,7 @@ fn out_dir_holds_json_charts_and_summary() {
         direct_io_requested: true,
         sync: false,
         no_wal: false,
+        hashed_keys: false,
         seed: 5,
         results,
         failures: vec![("woods:nope".into(), "it fell over".into())],
