@@ -47,7 +47,8 @@ them look up keys no record has (inside the records' key range), which must be n
   readmissing   gets of keys no record has (inside the records' key range), chosen uniformly at \
 random; each must be not found
   readseq       one iterator per thread from its share of the key space, OPS entries in all
-  seekrandom    a seek to a record chosen uniformly at random, then --seek-nexts nexts
+  seekrandom    a seek to a record chosen uniformly at random, then --seek-nexts nexts (with \
+--seek-nexts N1,N2,..., the k-th seekrandom phase takes Nk)
   deleterandom  deletes of records chosen uniformly at random
   ycsb-load     YCSB's load: records 0..N in record order (YCSB keys: random key order)
   ycsb-a        50% reads, 50% updates, zipfian
@@ -188,9 +189,10 @@ pub struct BenchArgs {
     /// Percentage of fillmixed's inserts that extend its ascending run (0 to 100).
     #[arg(long, value_name = "P", default_value_t = 50.0)]
     pub sequential_percent: f64,
-    /// `next` calls after each seek of seekrandom.
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub seek_nexts: usize,
+    /// `next` calls after each seek of seekrandom; N1,N2,... gives the first seekrandom phase
+    /// N1, the second N2, and so on (range searches of growing length over one load).
+    #[arg(long, value_name = "N", value_delimiter = ',', default_value = "10")]
+    pub seek_nexts: Vec<usize>,
     /// Stop each phase after SECS seconds; its figures cover the operations done by then (the
     /// table's ops column says how many). readseq, one scan, is not cut, and a load only when
     /// it is the last phase (the phases after a load need every record): a load too slow to
@@ -741,7 +743,12 @@ fn run_parent(
         threads: args.threads,
         miss_ratio: args.miss_ratio,
         sequential_percent: args.sequential_percent,
-        seek_nexts: args.seek_nexts,
+        seek_nexts: args.seek_nexts.last().copied().unwrap_or(10),
+        seek_lengths: if args.seek_nexts.len() > 1 {
+            args.seek_nexts.clone()
+        } else {
+            Vec::new()
+        },
         distribution: args.distribution,
         seed: args.seed,
         progress: true,
@@ -971,7 +978,7 @@ fn run_parent(
         threads: args.threads,
         miss_ratio: args.miss_ratio,
         sequential_percent: args.sequential_percent,
-        seek_nexts: args.seek_nexts,
+        seek_nexts: args.seek_nexts.last().copied().unwrap_or(10),
         duration_secs: args.duration,
         distribution: args.distribution,
         key_size: args.key_size,
@@ -1155,6 +1162,18 @@ mod tests {
         );
         assert!(list(&["rocksdb"], &["rocksdb"]).is_err());
         assert!(list(&[], &["woods:lsm"]).unwrap_err().contains("--engines"));
+    }
+
+    /// `--seek-nexts` takes one length or a list (one a seekrandom phase); `--hashed-keys` is
+    /// a flag.
+    #[test]
+    fn seek_lengths_and_hashed_keys_parse() {
+        let parse = |line: &[&str]| StandaloneArgs::try_parse_from(line).unwrap().bench;
+        let a = parse(&["woods-bench"]);
+        assert_eq!((a.seek_nexts, a.hashed_keys), (vec![10], false));
+        let a = parse(&["woods-bench", "--seek-nexts", "1,10,100", "--hashed-keys"]);
+        assert_eq!((a.seek_nexts, a.hashed_keys), (vec![1, 10, 100], true));
+        assert!(StandaloneArgs::try_parse_from(["woods-bench", "--seek-nexts", "1,x"]).is_err());
     }
 
     #[test]

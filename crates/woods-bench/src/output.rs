@@ -59,7 +59,7 @@ pub fn write_charts(rep: &BenchReport, dir: &Path) -> Result<Vec<PhaseCharts>, S
         let series = phase_series(rep, n, w);
         let tag = format!("{}-{}", n + 1, w.name());
         let mut pc = PhaseCharts {
-            heading: format!("Phase {}: {}", n + 1, w.name()),
+            heading: format!("Phase {}: {}", n + 1, p.label()),
             charts: Vec::new(),
         };
         type Draw = fn(&Path, &str, &[Series]) -> Result<(), String>;

@@ -262,7 +262,7 @@ pub fn figures(results: &[EngineResult]) -> Grid {
         for p in &r.phases {
             let mut row = vec![
                 r.engine.clone(),
-                p.workload.name().to_string(),
+                p.label(),
                 if p.direct_io { "yes" } else { "no" }.into(),
                 memory_label(r, p).into(),
             ];
@@ -295,7 +295,7 @@ pub fn ratios(results: &[EngineResult]) -> Option<Grid> {
             let Some(b) = base.phases.get(n).filter(|b| b.workload == p.workload) else {
                 continue;
             };
-            let mut row = vec![r.engine.clone(), p.workload.name().to_string()];
+            let mut row = vec![r.engine.clone(), p.label()];
             row.extend(cols.iter().map(|c| match ((c.value)(p), (c.value)(b)) {
                 (Some(v), Some(b)) if b != 0.0 => format!("{:.2}x", v / b),
                 _ => "-".into(),
@@ -323,7 +323,7 @@ pub fn latency_by_op(results: &[EngineResult]) -> Option<Grid> {
             for (op, l) in &p.latency_by_op {
                 rows.push(vec![
                     r.engine.clone(),
-                    p.workload.name().to_string(),
+                    p.label(),
                     op.clone(),
                     l.count.to_string(),
                     ns(l.mean_ns),

@@ -331,8 +331,14 @@ pub struct RunSpec {
     pub miss_ratio: f64,
     /// Percentage of `fillmixed`'s inserts that extend its ascending run (0 to 100).
     pub sequential_percent: f64,
-    /// `next` calls after each seek of `seekrandom`.
+    /// `next` calls after each seek of `seekrandom` (of the `seekrandom` phases past
+    /// `seek_lengths`).
     pub seek_nexts: usize,
+    /// `next` calls after each seek of the first, second, ... `seekrandom` phase
+    /// (`--seek-nexts N1,N2,...`: the FD-tree paper's Fig. 11, range searches of growing
+    /// length over one load); empty: every one takes `seek_nexts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seek_lengths: Vec<usize>,
     /// Request distribution of the YCSB phases; `None` is each workload's own (`latest` for D,
     /// zipfian for the others).
     pub distribution: Option<Distribution>,
@@ -377,6 +383,7 @@ impl RunSpec {
             miss_ratio: 0.0,
             sequential_percent: 0.0,
             seek_nexts: 10,
+            seek_lengths: Vec::new(),
             distribution: None,
             seed: 0,
             progress: false,
@@ -393,6 +400,19 @@ impl RunSpec {
         } else {
             p.ops
         }
+    }
+
+    /// The `next` calls after each seek of phase `n` (a `seekrandom`): its entry of
+    /// `seek_lengths` by its rank among the `seekrandom` phases, else `seek_nexts`.
+    pub fn seek_nexts_of(&self, n: usize) -> usize {
+        let rank = self.phases[..n]
+            .iter()
+            .filter(|p| p.workload == Workload::SeekRandom)
+            .count();
+        self.seek_lengths
+            .get(rank)
+            .copied()
+            .unwrap_or(self.seek_nexts)
     }
 
     /// The key format the run's loads set.
@@ -430,6 +450,18 @@ impl RunSpec {
             return fail(format!(
                 "--miss-ratio {} is not between 0 and 1",
                 self.miss_ratio
+            ));
+        }
+        let seeks = self
+            .phases
+            .iter()
+            .filter(|p| p.workload == Workload::SeekRandom)
+            .count();
+        if self.seek_lengths.len() > seeks.max(1) {
+            return fail(format!(
+                "--seek-nexts gives {} lengths for {seeks} seekrandom phase(s): one a phase, in \
+                 order",
+                self.seek_lengths.len()
             ));
         }
         let Some(first) = self.phases.first() else {
@@ -552,6 +584,9 @@ pub struct PhaseResult {
     pub distribution: Option<Distribution>,
     /// What the operations were.
     pub mix: OpCounts,
+    /// `seekrandom`: the `next` calls after each seek.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seek_nexts: Option<usize>,
     /// Wall time from the first operation until the engine was drained and closed.
     pub secs: f64,
     pub ops_per_sec: f64,
@@ -666,6 +701,17 @@ pub struct EngineResult {
     /// The limit of the engine's memory cgroup: the budget plus the bench's allowance.
     #[serde(default)]
     pub cgroup_limit_bytes: Option<u64>,
+}
+
+impl PhaseResult {
+    /// The phase's name in tables: its workload's, with a `seekrandom`'s nexts
+    /// (`seekrandom+100`).
+    pub fn label(&self) -> String {
+        match self.seek_nexts {
+            Some(n) => format!("{}+{n}", self.workload.name()),
+            None => self.workload.name().to_string(),
+        }
+    }
 }
 
 impl EngineResult {
@@ -1052,6 +1098,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         threads,
         distribution: Chooser::distribution(spec, w),
         mix,
+        seek_nexts: (w == Workload::SeekRandom).then(|| spec.seek_nexts_of(s.phase_no as usize)),
         secs,
         ops_per_sec: if secs > 0.0 {
             ops_done as f64 / secs
@@ -1380,9 +1427,10 @@ impl<'a> Client<'a> {
                 }
             }
             Workload::SeekRandom => {
+                let nexts = spec.seek_nexts_of(s.phase_no as usize);
                 for _ in 0..mine {
                     let i = self.rng.below(s.expected.acked());
-                    self.scan(i, spec.seek_nexts + 1)?;
+                    self.scan(i, nexts + 1)?;
                     if !self.tick(1) {
                         break;
                     }

@@ -235,3 +235,43 @@ fn bad_mixes_are_refused() {
     let e = run(&s).unwrap_err().to_string();
     assert!(e.contains("no record is left"), "seed {seed}: {e}");
 }
+
+/// Fig. 11's range searches of growing length over one load: `--seek-nexts 1,10,100` gives the
+/// first `seekrandom` phase 1 next a seek, the second 10, the third 100; each phase says its
+/// length, every entry is checked, and more lengths than phases are refused.
+#[test]
+fn seekrandom_phases_take_growing_lengths() {
+    let _serial = serial();
+    let seed = seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut s = spec(
+        tmp.path(),
+        "woods:fdtree",
+        &[
+            (Workload::FillRandom, 0),
+            (Workload::SeekRandom, 50),
+            (Workload::SeekRandom, 50),
+            (Workload::SeekRandom, 50),
+        ],
+        seed,
+    );
+    s.seek_lengths = vec![1, 10, 100];
+    let r = run(&s).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    for (p, nexts) in r.phases[1..].iter().zip([1u64, 10, 100]) {
+        assert_eq!(p.seek_nexts, Some(nexts as usize));
+        assert_eq!(p.label(), format!("seekrandom+{nexts}"));
+        assert_eq!((p.ops, p.mix.scans), (50, 50));
+        // A seek returns 1 + nexts entries, fewer only within that many of the last key: on
+        // average well over half as many.
+        let most = 50 * (nexts + 1);
+        assert!(
+            p.mix.scanned <= most && 2 * p.mix.scanned > most,
+            "{nexts}: {} entries (seed {seed})",
+            p.mix.scanned
+        );
+        assert_eq!(p.checked, p.mix.scanned);
+    }
+    s.seek_lengths = vec![1, 10, 100, 1000];
+    let e = run(&s).unwrap_err().to_string();
+    assert!(e.contains("--seek-nexts gives 4 lengths"), "{e}");
+}
