@@ -26,8 +26,11 @@ pub struct Point {
 enum Pick {
     /// The first phase (a load).
     Load,
-    /// The first `readrandom` phase, else the first phase that reads.
+    /// The first `readrandom` phase, else the first phase that reads (not an FD-tree mix,
+    /// whose inserts and deletes are not point queries).
     Read,
+    /// The first `search-insert` phase (the FD-tree paper's Figs. 7 and 10).
+    SearchInsert,
 }
 
 /// A figure drawn against x.
@@ -99,6 +102,22 @@ fn figures() -> Vec<Figure> {
             value: |p| Some(p.latency.mean_ns),
             show: report::ns,
         },
+        Figure {
+            file: "search-insert-mean",
+            title: "average time per operation, 50% search / 50% insert",
+            y_desc: "mean latency of a search or insert",
+            pick: Pick::SearchInsert,
+            value: |p| Some(p.latency.mean_ns),
+            show: report::ns,
+        },
+        Figure {
+            file: "search-insert-insert-max",
+            title: "worst insertion time, 50% search / 50% insert",
+            y_desc: "longest insert",
+            pick: Pick::SearchInsert,
+            value: |p| Some(p.latency_by_op.get("insert")?.max_ns as f64),
+            show: report::ns,
+        },
     ]
 }
 
@@ -109,7 +128,15 @@ fn phase(r: &crate::workload::EngineResult, pick: Pick) -> Option<&PhaseResult> 
             .phases
             .iter()
             .find(|p| p.workload == Workload::ReadRandom)
-            .or_else(|| r.phases.iter().find(|p| p.workload.reads())),
+            .or_else(|| {
+                r.phases
+                    .iter()
+                    .find(|p| p.workload.reads() && !p.workload.is_fd_mix())
+            }),
+        Pick::SearchInsert => r
+            .phases
+            .iter()
+            .find(|p| p.workload == Workload::SearchInsert),
     }
 }
 

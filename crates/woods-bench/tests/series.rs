@@ -108,3 +108,47 @@ fn figures_of_runs_against_their_sizes() {
     assert_eq!(rows.len(), 7, "a row per figure: {md}");
     assert!(rows.iter().all(|r| !r.contains(" - |")), "{md}");
 }
+
+/// Runs of the FD-tree paper's 50/50 mix at two sizes: its mean time per operation (Fig. 10)
+/// and its worst insert (Fig. 7) against size; the mix is not taken for a point-query figure.
+#[test]
+fn search_insert_against_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = |p: &str| tmp.path().join(p).display().to_string();
+    for (records, json) in [("2000", "small.json"), ("5000", "large.json")] {
+        bench(&[
+            "--engines",
+            "woods:fdtree,woods:lsm",
+            "--records",
+            records,
+            "--key-size",
+            "8",
+            "--value-size",
+            "8",
+            "--hashed-keys",
+            "--workloads",
+            "fillrandom,search-insert:500",
+            "--dir",
+            &t("dbs"),
+            "--json",
+            &t(json),
+        ]);
+    }
+    let listed = bench(&[
+        "--series",
+        &t("small.json"),
+        &t("large.json"),
+        "--out",
+        &t("series"),
+    ]);
+    for f in ["search-insert-mean", "search-insert-insert-max"] {
+        let text = fs::read_to_string(tmp.path().join(format!("series/{f}.svg")))
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(
+            text.contains("woods:fdtree") && text.contains("woods:lsm"),
+            "{f}"
+        );
+        assert!(listed.contains(&format!("{f}.svg")), "{listed}");
+    }
+    assert!(!tmp.path().join("series/query-mean.svg").exists());
+}
