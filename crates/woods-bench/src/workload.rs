@@ -594,7 +594,7 @@ pub struct PhaseResult {
     pub latency: Latency,
     /// In mixed phases (YCSB's and the FD-tree mixes): the latency of each kind of operation
     /// apart, by name (`read`, `update`, `insert`, `delete`, `scan`, `read-modify-write`), for
-    /// the kinds the phase did.
+    /// the kinds the phase did; two significant digits (within 1%; `latency` has three).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub latency_by_op: BTreeMap<String, Latency>,
     /// Operations completed in each second of the phase.
@@ -1014,11 +1014,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         let c = o?;
         rec.merge(&c.rec);
         if by_op.is_empty() {
-            by_op = c
-                .by_op
-                .iter()
-                .map(|_| Recorder::starting_at(start))
-                .collect();
+            by_op = c.by_op.iter().map(|_| Recorder::coarse(start)).collect();
         }
         for (all, one) in by_op.iter_mut().zip(&c.by_op) {
             all.merge(one);
@@ -1298,10 +1294,7 @@ impl<'a> Client<'a> {
             t,
             rec: Recorder::starting_at(start).with_window(spec.window),
             by_op: match ctx.s.phase.workload.op_mix() {
-                Some(_) => MixOp::ALL
-                    .iter()
-                    .map(|_| Recorder::starting_at(start))
-                    .collect(),
+                Some(_) => MixOp::ALL.iter().map(|_| Recorder::coarse(start)).collect(),
                 None => Vec::new(),
             },
             op: None,
