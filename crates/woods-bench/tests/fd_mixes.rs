@@ -137,7 +137,10 @@ fn each_mix_does_its_shares_and_leaves_the_expected_records() {
         // The longest operation is the longest of its kind (kinds are kept to 2 digits).
         let max_by_op = p.latency_by_op.values().map(|l| l.max_ns).max().unwrap();
         let max = p.latency.max_ns;
-        assert!(max_by_op.abs_diff(max) <= max / 100, "{name}: {max_by_op} {max}");
+        assert!(
+            max_by_op.abs_diff(max) <= max / 100,
+            "{name}: {max_by_op} {max}"
+        );
         // The engine holds exactly the records expected: a scan of everything meets each
         // present record once (ascending keys, each checked) and no other.
         let seq = &r.phases[2 + 2 * n];

@@ -359,3 +359,31 @@ fn wrong_answers_fail_with_threads() {
         "the scan skipped it",
     );
 }
+
+/// The FD-tree mixes check their searches as readrandom does (a search is of a present record,
+/// so a lost one is caught in the phase); a delete the engine ignored is caught by the read
+/// after the phase (the mixes never search a record they deleted).
+#[test]
+fn wrong_answers_fail_in_fd_mixes() {
+    let hashed = |s: &mut RunSpec| s.hashed_keys = true;
+    assert_eq!(
+        run_faulty(
+            Fault::None,
+            &[(FillRandom, 0), (FdWDelete, 500), (ReadSeq, 5000)],
+            hashed
+        ),
+        ""
+    );
+    assert_caught_with(
+        Fault::LoseRecord,
+        &[(FillRandom, 0), (SearchInsert, 500)],
+        hashed,
+        "get returned nothing",
+    );
+    assert_caught_with(
+        Fault::IgnoreDelete,
+        &[(FillRandom, 0), (FdWDelete, 500), (ReadSeq, 5000)],
+        hashed,
+        "has a value it does not hold",
+    );
+}
