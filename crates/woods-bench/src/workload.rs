@@ -1167,6 +1167,10 @@ enum Chooser {
 
 /// Draws of [`Chooser::Present`] between two looks at whether any record is left.
 const PRESENT_DRAWS: u32 = 1024;
+/// Draws after which [`Chooser::Present`] gives up: the present records are then fewer than
+/// about one in this many of the acknowledged (or present only above them, inserts that
+/// cannot be acknowledged because another client failed in the middle of one).
+const PRESENT_GIVE_UP: u32 = 1 << 24;
 
 impl Chooser {
     /// The distribution a mixed phase draws from: uniform for the FD-tree mixes (whatever
@@ -1203,7 +1207,8 @@ impl Chooser {
     }
 
     /// YCSB's `nextKeynum`: a draw at most the last acknowledged record; for
-    /// [`Chooser::Present`], a present record, or `None` when none is left.
+    /// [`Chooser::Present`], a present record, or `None` when none is left (or none was met
+    /// in [`PRESENT_GIVE_UP`] draws).
     fn next(&mut self, rng: &mut Rng, expected: &Expected) -> Option<u64> {
         let mut misses = 0u32;
         loop {
@@ -1218,7 +1223,9 @@ impl Chooser {
                         return Some(k);
                     }
                     misses += 1;
-                    if misses.is_multiple_of(PRESENT_DRAWS) && expected.live() == 0 {
+                    if misses.is_multiple_of(PRESENT_DRAWS)
+                        && (expected.live() == 0 || misses >= PRESENT_GIVE_UP)
+                    {
                         return None;
                     }
                     continue;
@@ -1438,8 +1445,9 @@ impl<'a> Client<'a> {
                     let mut choose = |rng: &mut Rng| {
                         chooser.next(rng, s.expected).ok_or_else(|| {
                             BenchError::new(format!(
-                                "{}: no record is left to {} (the deletes outran the inserts): \
-                                 run fewer operations or load more records",
+                                "{}: no record is left to {} (the deletes outran the inserts, \
+                                 or a present one is rarer than one in {PRESENT_GIVE_UP}): run \
+                                 fewer operations or load more records",
                                 w.name(),
                                 op.name()
                             ))
