@@ -563,7 +563,8 @@ impl Tree {
         self.debt.store(park + owed, Ordering::Release);
     }
 
-    /// `work`, or with `wait` false `None` when another thread holds the job.
+    /// `work`, or with `wait` false `None` when another thread holds the job, or every part of
+    /// the job's batch still merging is being stepped by another thread.
     fn work_as(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
         self.committer.error()?;
         let mut slot = if wait {
@@ -575,7 +576,7 @@ impl Tree {
             }
         };
         if self.sigma_memtables() > 1 {
-            return self.work_parked(&mut slot, budget.max(1)).map(Some);
+            return self.work_parked(&mut slot, budget.max(1), wait);
         }
         if slot.is_none() {
             let Some((mem, bound)) = self.pending.lock().take() else {
@@ -587,26 +588,37 @@ impl Tree {
         let pages_before = self.written_pages();
         let mut done = 0u64;
         // (With several callers the pages count what they all wrote meanwhile: an upper bound.)
-        let r = self.run_job(&mut slot, budget.max(1), &mut done);
+        let r = self.run_job(&mut slot, budget.max(1), &mut done, wait);
         self.note_call(done, self.written_pages().saturating_sub(pages_before));
-        r?;
+        if r? && done == 0 {
+            return Ok(None);
+        }
         Ok(Some(done.max(1)))
     }
 
     /// `work` with c > 1: first the park of an absorbed memtable (its write as a root run),
     /// then the job in flight (a drain of the root's runs, or the job of a memtable absorbed
     /// by a leaf root), then the drain of the root's runs once they hold σ.
-    fn work_parked(&self, slot: &mut MutexGuard<'_, Option<Job>>, budget: u64) -> Result<u64> {
+    /// `None` as in [`NbTree::work_as`].
+    fn work_parked(
+        &self,
+        slot: &mut MutexGuard<'_, Option<Job>>,
+        budget: u64,
+        wait: bool,
+    ) -> Result<Option<u64>> {
         let pages_before = self.written_pages();
         let mut done = 0u64;
-        let r = self.work_parked_steps(slot, budget, &mut done);
+        let r = self.work_parked_steps(slot, budget, &mut done, wait);
         self.note_call(done, self.written_pages().saturating_sub(pages_before));
         self.set_job_debt(slot.as_ref().map_or(0, Job::debt));
-        r?;
+        let busy = r?;
         if done > 0 {
-            return Ok(done);
+            return Ok(Some(done));
         }
-        self.committer.idle_work()
+        if busy {
+            return Ok(None);
+        }
+        self.committer.idle_work().map(Some)
     }
 
     fn work_parked_steps(
@@ -614,11 +626,12 @@ impl Tree {
         slot: &mut MutexGuard<'_, Option<Job>>,
         budget: u64,
         done: &mut u64,
-    ) -> Result<()> {
+        wait: bool,
+    ) -> Result<bool> {
         loop {
             self.step_park(slot, budget, done)?;
             if *done >= budget {
-                return Ok(());
+                return Ok(false);
             }
             if slot.is_none() {
                 if let Some((mem, bound)) = self.pending.lock().take() {
@@ -627,13 +640,15 @@ impl Tree {
                 } else if self.drain_due() {
                     **slot = Some(self.start_drain()?);
                 } else {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
             let before = *done;
-            self.run_job(slot, budget, done)?;
+            if self.run_job(slot, budget, done, wait)? {
+                return Ok(true);
+            }
             if *done >= budget || (*done == before && slot.is_some()) {
-                return Ok(());
+                return Ok(false);
             }
         }
     }
@@ -900,17 +915,19 @@ impl Tree {
     /// Advances the job in `slot` by about `budget` units (one key past it, plus the finish and
     /// commit of a step that ends inside the budget; in a batch, of the part this caller steps,
     /// with the job's lock released meanwhile so that other callers step other parts); clears
-    /// the slot when the job is finished.
+    /// the slot when the job is finished. With `wait` false it returns `true`, doing nothing
+    /// more, where it would wait for a part another caller is stepping.
     fn run_job(
         &self,
         slot: &mut MutexGuard<'_, Option<Job>>,
         budget: u64,
         done: &mut u64,
-    ) -> Result<()> {
+        wait: bool,
+    ) -> Result<bool> {
         loop {
             let Some(job) = slot.as_mut() else {
                 // Another caller finished the job while this one stepped a part.
-                return Ok(());
+                return Ok(false);
             };
             // Whatever fails, the job resumes from its last commit (the Db turns read-only
             // on the error anyway): what the failed step built is given back.
@@ -923,6 +940,7 @@ impl Tree {
                         }
                     }
                     Claim::Failed => self.abort(job),
+                    Claim::Part(_, false) if !wait => return Ok(true),
                     Claim::Part(part, claimed) => {
                         let b = budget.saturating_sub(*done).max(1);
                         let r = MutexGuard::unlocked(slot, || self.step_part(&part, b, claimed));
@@ -970,7 +988,7 @@ impl Tree {
                         **slot = None;
                         self.counters.jobs.fetch_add(1, Ordering::Relaxed);
                         self.set_job_debt(0);
-                        return Ok(());
+                        return Ok(false);
                     }
                     Err(e) => {
                         self.abort(job);
@@ -982,7 +1000,7 @@ impl Tree {
                 if let Some(job) = slot.as_ref() {
                     self.set_job_debt(job.debt());
                 }
-                return Ok(());
+                return Ok(false);
             }
         }
     }

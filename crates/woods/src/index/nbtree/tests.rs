@@ -1601,3 +1601,56 @@ fn a_writers_share_never_waits_for_a_step_in_another_thread() {
         h.verify(&model, &mut rng);
     }
 }
+
+/// A writer's share does not wait for a part of a flush's batch that another thread is
+/// stepping either (with every part busy, a blocking `work` waits for one).
+#[test]
+fn a_writers_share_never_waits_for_a_part_another_thread_steps() {
+    let seed = seed();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let vlen = 20u64;
+    let sigma = 40 * unit(vlen);
+    let mut h = Harness::new(sigma, params(3));
+    let mut model = Model::new();
+    let mut checked = false;
+    for _ in 0..300 {
+        let (writes, m) = random_memtable(&mut rng, &model, sigma);
+        model = m;
+        let mem = h.mem(&writes);
+        h.tree.absorb(mem).unwrap();
+        while h.tree.debt() > 0 {
+            let parts: Vec<Arc<Part>> = h
+                .tree
+                .job
+                .lock()
+                .as_ref()
+                .and_then(|j| j.batch.as_ref())
+                .map(|b| b.parts.clone())
+                .unwrap_or_default();
+            if !parts.is_empty() && !checked {
+                let held: Vec<_> = parts.iter().map(|p| p.state.lock()).collect();
+                let tree = &h.tree;
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::scope(|s| {
+                    s.spawn(move || {
+                        let _ = tx.send(tree.work_unless_busy(1 << 20).map(|r| r.is_none()));
+                    });
+                    let answer = rx.recv_timeout(std::time::Duration::from_secs(30));
+                    drop(held);
+                    assert!(
+                        matches!(answer, Ok(Ok(true))),
+                        "seed {seed}: a share waited for a part in another thread, or did work: {answer:?}"
+                    );
+                });
+                checked = true;
+            }
+            h.tree.work(1 << 10).unwrap();
+        }
+        if checked {
+            break;
+        }
+    }
+    assert!(checked, "seed {seed}: no flush made a batch of parts");
+    h.settle();
+    h.verify(&model, &mut rng);
+}
