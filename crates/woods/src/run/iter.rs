@@ -66,6 +66,39 @@ impl Cursor {
         Ok(())
     }
 
+    /// Reads the index path to the run's first data page and asks for the read-ahead window
+    /// that starts there, without waiting for it ([`Run::prefetch_child`]); the path is kept,
+    /// and [`Cursor::resume_first`] ends the descent where this one stopped.
+    pub(crate) fn prefetch_first(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
+        self.path.clear();
+        let Some(mut node) = run.root_node(purpose)? else {
+            return Ok(());
+        };
+        while node.level > 1 {
+            let child = run.child_node(&node, 0, purpose)?;
+            self.path.push((node, 0));
+            node = child;
+        }
+        if node.level == 1 && purpose != Purpose::UserRead {
+            run.prefetch_child(&node, 0, purpose, &mut self.ahead)?;
+        }
+        self.path.push((node, 0));
+        Ok(())
+    }
+
+    /// After [`Cursor::prefetch_first`]: positions at the first entry of the run, reading its
+    /// first data page from the window asked for then.
+    pub(crate) fn resume_first(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
+        match self.path.pop() {
+            None => Ok(()),
+            Some((node, _)) if node.level == 0 => {
+                self.path.push((node, 0));
+                Ok(())
+            }
+            Some((node, _)) => self.descend(run, node, false, purpose),
+        }
+    }
+
     /// Positions just past the last entry of the run (in its last leaf).
     pub(crate) fn seek_end(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
         self.path.clear();
@@ -186,6 +219,8 @@ pub struct RunIter {
     advance: bool,
     done: bool,
     fences: Option<FenceSink>,
+    /// [`RunIter::prefetch`] read the index path to the first data page.
+    prefetched: bool,
 }
 
 impl RunIter {
@@ -195,6 +230,20 @@ impl RunIter {
     pub fn with_fences(mut self, sink: FenceSink) -> Self {
         self.fences = Some(sink);
         self
+    }
+
+    /// Reads the index path to the run's first data page and asks for the first read-ahead
+    /// window, without waiting for it, so that the first entry, read later, costs no wait for
+    /// the device (a merge in bounded steps opens its inputs so, one a step, and reads them
+    /// in the steps after). Only for a forward scan from the run's start that is not a user
+    /// read and has not started; others are left as they are.
+    pub fn prefetch(&mut self) -> Result<()> {
+        let from_start = !self.reverse && matches!(self.lo, Bound::Unbounded);
+        if self.started || self.prefetched || !from_start || self.purpose == Purpose::UserRead {
+            return Ok(());
+        }
+        self.prefetched = true;
+        self.cursor.prefetch_first(&self.run, self.purpose)
     }
 
     /// Caps the pages of one read-ahead request.
@@ -220,6 +269,7 @@ impl RunIter {
             advance: false,
             done: false,
             fences: None,
+            prefetched: false,
         }
     }
 
@@ -227,6 +277,7 @@ impl RunIter {
         let (run, p) = (&*self.run, self.purpose);
         if !self.reverse {
             match &self.lo {
+                Bound::Unbounded if self.prefetched => self.cursor.resume_first(run, p)?,
                 Bound::Unbounded => self.cursor.seek_first(run, p)?,
                 Bound::Included(k) => self.cursor.seek(run, k, FIRST_SEQ, p)?,
                 Bound::Excluded(k) => self.cursor.seek(run, &successor(k), FIRST_SEQ, p)?,

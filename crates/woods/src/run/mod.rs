@@ -645,6 +645,44 @@ impl Run {
         self.load_ahead(child, purpose, ahead)
     }
 
+    /// Asks for the read-ahead window that starts at `node`'s child `i` (a data page) without
+    /// waiting for it: [`Run::child_node_ahead`] takes the page from that window later. How a
+    /// merge done in bounded steps opens an input in one step and reads it in the next.
+    pub(crate) fn prefetch_child(
+        &self,
+        node: &Node,
+        i: usize,
+        purpose: Purpose,
+        ahead: &mut Readahead,
+    ) -> Result<()> {
+        let child = node.child(i)?;
+        if !self.owns(child, 1) {
+            return Err(corrupt(
+                node.page,
+                format!("child page {child} lies outside the run's extents"),
+            ));
+        }
+        let asked = ahead
+            .next
+            .as_ref()
+            .is_some_and(|n| window_holds(n.start, n.pages, child));
+        if ahead.holds(child) || asked {
+            return Ok(());
+        }
+        let max = ahead.max_pages();
+        let n = self.window_at(child, max);
+        let buf = AlignedBuf::for_overwrite(max as usize * PAGE_SIZE);
+        let read = self
+            .store
+            .read_behind(child, buf, n as usize * PAGE_SIZE, purpose);
+        ahead.next = Some(NextWindow {
+            start: child,
+            pages: n,
+            read,
+        });
+        Ok(())
+    }
+
     /// Materializes a data item read from `page`, fetching a blob value.
     pub(crate) fn entry(
         &self,

@@ -10,7 +10,10 @@
 //! external fence per page of the level below (Property 1), and the head tree's fences from
 //! `L1`'s pages. The result equals the pairwise cascade's; the I/O differs (each level is
 //! read and written once rather than once per cascade step). A [`Job`] holds this work
-//! between steps so that it can be done in pieces (de-amortized mode, spec §4.8).
+//! between steps so that it can be done in pieces (de-amortized mode, spec §4.8). Its inputs
+//! are opened one level a step, each step asking for the level's first pages without waiting
+//! for them, so that no step waits for every level's first read (docs/fdtree.md, *Opening a
+//! cascade*).
 
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -23,6 +26,7 @@ use crate::entry::Entry;
 use crate::error::Result;
 use crate::memtable::Memtable;
 use crate::merge::{Compactor, EntryIter, MergeIter};
+use crate::options::MergeOperator;
 use crate::run::{Fence, Run, RunBuilder, RunIter, RunOptions};
 use crate::storage::{PageFile, Purpose, PAGE_SIZE};
 
@@ -62,10 +66,10 @@ pub fn plan(levels: &[LevelSize], mem_entries: u64, mem_pages: u64, k: u64, l0: 
     levels.len() + 1
 }
 
-/// What one call of `work` did, by the stage it found the job in: opening a cascade (and its
-/// first step), merging, writing fence levels, finishing a run, publishing (a job whose last
-/// level is built; the step that builds it publishes it in the same call now, so that one
-/// stays 0).
+/// What one call of `work` did, by the stage it found the job in: opening a cascade (planning
+/// it and opening one input level a call), merging, writing fence levels, finishing a run,
+/// publishing (a job whose last level is built; the step that builds it publishes it in the
+/// same call now, so that one stays 0).
 pub const STEP_KINDS: [&str; 5] = ["start", "merge", "fences", "finish", "publish"];
 
 /// The tree's sizes a job needs: k, |L0| and the pages a merge writes in one request.
@@ -79,11 +83,18 @@ pub struct Sizing {
 /// External fences met while reading a level that keeps them, for the merge to interleave.
 type FenceQueue = Arc<Mutex<VecDeque<HeadFence>>>;
 
-/// The entries of a level read for a merge (the run's own iterator: fences are not entries);
-/// with a queue, its external fences go there as they are passed, so that by the time the merge
-/// emits an entry every fence ordering before it has been queued.
-fn level_entries(run: &Arc<Run>, fences: Option<FenceQueue>) -> RunIter {
-    let it = run.iter(Bound::Unbounded, Bound::Unbounded, false, Purpose::Merge);
+/// The entries of a level read for a merge (the run's own iterator, reading `pages` pages a
+/// request: fences are not entries); with a queue, its external fences go there as they are
+/// passed, so that by the time the merge emits an entry every fence ordering before it has been
+/// queued.
+fn level_entries(run: &Arc<Run>, fences: Option<FenceQueue>, pages: u64) -> RunIter {
+    let it = run.iter_with_readahead(
+        Bound::Unbounded,
+        Bound::Unbounded,
+        false,
+        Purpose::Merge,
+        pages,
+    );
     match fences {
         None => it,
         Some(q) => it.with_fences(Box::new(move |key: &[u8], f: Fence| {
@@ -96,6 +107,17 @@ fn level_entries(run: &Arc<Run>, fences: Option<FenceQueue>) -> RunIter {
 
 /// Where a job stands.
 enum Stage {
+    /// Opening the inputs, one level a step: the level's run (its header, on first use after
+    /// an open), the index path to its first data page, and the read of its first pages, asked
+    /// for and not waited for (the merge's first step finds them read). The head tree is in
+    /// memory: its iterator is the first source.
+    Open {
+        /// The head tree's entries, then those of each level opened so far.
+        sources: Vec<EntryIter>,
+        fences: FenceQueue,
+        snapshots: Vec<u64>,
+        merge_op: Option<Arc<dyn MergeOperator>>,
+    },
     /// Merging the head tree and `L1..L_j` into the new `L_j`.
     Merge {
         input: Box<Compactor<MergeIter>>,
@@ -161,6 +183,10 @@ fn mem_pages(mem: &Memtable) -> u64 {
     (mem.user_bytes() + mem.len() as u64 * 20) / PAGE_SIZE as u64
 }
 
+/// Units a step that opens an input level charges (it reads the level's index path and asks
+/// for one request of its first pages).
+const OPEN_STEP_UNITS: u64 = PAGE_SIZE as u64;
+
 /// Units a step that finishes a run charges at most (a run's last chunk, index pages and
 /// header are written by steps of this many units).
 const FINISH_STEP_UNITS: u64 = 4 * PAGE_SIZE as u64;
@@ -169,8 +195,9 @@ const FINISH_STEP_UNITS: u64 = 4 * PAGE_SIZE as u64;
 /// pacing schedule is this debt worked off as the next head tree fills: an estimate below the
 /// work leaves the rest to the insert that finds that head tree full). Every entry and fence
 /// read moved once; the fence levels rebuilt above `L_target` (one fence per page of the level
-/// below: under two per page of the new `L_target` in all); and each run finished, in steps of
-/// [`FINISH_STEP_UNITS`] with the index pages it writes.
+/// below: under two per page of the new `L_target` in all); each run finished, in steps of
+/// [`FINISH_STEP_UNITS`] with the index pages it writes; and each input level opened
+/// ([`OPEN_STEP_UNITS`]).
 fn units(mem: &Memtable, base: &Version, target: usize) -> u64 {
     let mut total = mem.user_bytes() + ITEM_UNITS * mem.len() as u64;
     let mut pages = mem_pages(mem) + 1;
@@ -187,7 +214,10 @@ fn units(mem: &Memtable, base: &Version, target: usize) -> u64 {
     }
     // Index pages of all the runs: under twice those over L_target's data pages.
     let index_pages = 2 * (pages * (key + 16)).div_ceil(PAGE_SIZE as u64) + target as u64;
-    total + index_pages * PAGE_SIZE as u64 + 3 * target as u64 * FINISH_STEP_UNITS
+    total
+        + index_pages * PAGE_SIZE as u64
+        + 3 * target as u64 * FINISH_STEP_UNITS
+        + target as u64 * OPEN_STEP_UNITS
 }
 
 impl Job {
@@ -208,14 +238,15 @@ impl Job {
         )
     }
 
-    /// Plans the cascade for `mem` over `base` and opens its inputs.
+    /// Plans the cascade for `mem` over `base`; no I/O: its steps open the inputs, one level
+    /// a step.
     pub fn start(
         store: &Arc<PageFile>,
         mem: Arc<Memtable>,
         base: Arc<Version>,
         sizing: Sizing,
         snapshots: Vec<u64>,
-        merge_op: Option<Arc<dyn crate::options::MergeOperator>>,
+        merge_op: Option<Arc<dyn MergeOperator>>,
     ) -> Result<Job> {
         let Sizing { k, l0, chunk } = sizing;
         let sizes: Vec<LevelSize> = base
@@ -228,21 +259,12 @@ impl Job {
             .collect();
         let target = plan(&sizes, mem.len() as u64, mem_pages(&mem), k, l0);
         let bottom = target >= base.levels.len();
-        let fences: FenceQueue = Arc::default();
-        let mut sources: Vec<EntryIter> = vec![Box::new(mem.iter(
+        let sources: Vec<EntryIter> = vec![Box::new(mem.iter(
             Bound::Unbounded,
             Bound::Unbounded,
             false,
         ))];
-        for (i, l) in base.levels.iter().take(target).enumerate() {
-            let keep = i + 1 == target && !bottom;
-            sources.push(Box::new(level_entries(
-                l.run()?,
-                keep.then(|| fences.clone()),
-            )));
-        }
         let total = units(&mem, &base, target);
-        let input = Compactor::new(MergeIter::new(sources, false), snapshots, bottom, merge_op);
         Ok(Job {
             mem,
             base,
@@ -250,11 +272,11 @@ impl Job {
             bottom,
             total,
             done: 0,
-            stage: Stage::Merge {
-                input: Box::new(input),
-                fences,
-                group: Vec::new(),
-                out: builder(store, !bottom, chunk),
+            stage: Stage::Open {
+                sources,
+                fences: Arc::default(),
+                snapshots,
+                merge_op,
             },
             chunk,
             built: Vec::new(),
@@ -266,6 +288,7 @@ impl Job {
     /// What the job's next step does, as an index of [`STEP_KINDS`].
     pub fn next_step_kind(&self) -> usize {
         match self.stage {
+            Stage::Open { .. } => 0,
             Stage::Merge { .. } => 1,
             Stage::Fences { .. } => 2,
             Stage::Finish { .. } => 3,
@@ -283,6 +306,16 @@ impl Job {
         matches!(self.stage, Stage::Empty)
     }
 
+    /// The levels the cascade reads (`L1..L_target` that exist).
+    fn inputs(&self) -> usize {
+        self.base.levels.len().min(self.target)
+    }
+
+    /// Whether the next step opens an input level.
+    fn opening(&self) -> bool {
+        matches!(&self.stage, Stage::Open { sources, .. } if sources.len() <= self.inputs())
+    }
+
     /// Units left (at least 1 while the job is not committed).
     pub fn debt(&self) -> u64 {
         self.total.saturating_sub(self.done).max(1)
@@ -295,10 +328,13 @@ impl Job {
         while left > 0 && !self.ready() {
             let before = self.done;
             let finishing = matches!(self.stage, Stage::Finish { .. });
+            let opening = self.opening();
             self.advance(left)?;
-            if finishing {
+            if finishing || opening {
                 // At most one run is finished per step: finishing writes the run's last
-                // chunk, its index pages and its header, and waits for its writes.
+                // chunk, its index pages and its header, and waits for its writes. At most
+                // one level is opened per step, and the merge starts in a later one, when the
+                // first pages asked for are read.
                 break;
             }
             left = left.saturating_sub(self.done.saturating_sub(before).max(1));
@@ -309,6 +345,40 @@ impl Job {
     fn advance(&mut self, budget: u64) -> Result<()> {
         let stage = std::mem::replace(&mut self.stage, Stage::Ready);
         self.stage = match stage {
+            Stage::Open {
+                mut sources,
+                fences,
+                snapshots,
+                merge_op,
+            } => {
+                // `sources` holds the head tree's iterator and those of L1..L_i.
+                let i = sources.len() - 1;
+                if i < self.inputs() {
+                    let level = self.base.levels[i].clone();
+                    let keep = i + 1 == self.target && !self.bottom;
+                    let mut it =
+                        level_entries(level.run()?, keep.then(|| fences.clone()), self.chunk);
+                    it.prefetch()?;
+                    sources.push(Box::new(it));
+                    self.done = self.done.saturating_add(OPEN_STEP_UNITS);
+                }
+                if sources.len() <= self.inputs() {
+                    Stage::Open {
+                        sources,
+                        fences,
+                        snapshots,
+                        merge_op,
+                    }
+                } else {
+                    let merged = MergeIter::new(sources, false);
+                    Stage::Merge {
+                        input: Box::new(Compactor::new(merged, snapshots, self.bottom, merge_op)),
+                        fences,
+                        group: Vec::new(),
+                        out: builder(&self.store, !self.bottom, self.chunk),
+                    }
+                }
+            }
             Stage::Merge {
                 mut input,
                 fences,

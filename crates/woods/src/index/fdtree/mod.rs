@@ -28,7 +28,9 @@
 //! `max(memtable_bytes / 256, 16 KiB)` of entries moved, written in requests of 16 pages
 //! ([`Tree::chunk_pages`]) behind the step, two at most in flight, or finishes one run (its
 //! last chunk): at most `step + 48 pages` written, plus the index pages and header
-//! of a run when the step finishes one (tested by `deamortized_work_is_bounded_per_call`).
+//! of a run when the step finishes one (tested by `deamortized_work_is_bounded_per_call`), or
+//! opens one input level: its index path read and one 16-page request of its first pages
+//! asked for, not waited for (`opening_a_cascade_reads_one_level_a_call`).
 //!
 //! A finished cascade is published at once (readers and the next cascade use it) and made
 //! durable by the index's committer thread ([`super::committer`]: a data file sync, then one
@@ -292,8 +294,8 @@ impl Tree {
     }
 
     /// Runs the cascade: all of it in plain mode, about `budget` units de-amortized, where
-    /// opening the cascade and each step are separate calls (the step that builds the last
-    /// level publishes the cascade). Returns the units done and which of [`STEP_KINDS`] the
+    /// opening each input level and each step are separate calls (the step that builds the
+    /// last level publishes the cascade). Returns the units done and which of [`STEP_KINDS`] the
     /// call was.
     fn run_job(&self, slot: &mut Option<Job>, budget: u64) -> Result<(u64, usize)> {
         let mut kind = slot.as_ref().map_or(0, Job::next_step_kind);

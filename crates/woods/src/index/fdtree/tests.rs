@@ -71,9 +71,12 @@ impl Harness {
         .expect("reopen");
     }
 
-    /// Absorbs one head tree of `ops` (key, Some(value) or None for a delete), then works the
-    /// cascade off as the Db would, `budget` units a call.
-    fn absorb(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)], model: &mut Model, budget: u64) {
+    /// A head tree of `ops` (key, Some(value) or None for a delete), applied to `model` too.
+    fn head_tree(
+        &mut self,
+        ops: &[(Vec<u8>, Option<Vec<u8>>)],
+        model: &mut Model,
+    ) -> Arc<Memtable> {
         let mem = Arc::new(Memtable::new(0));
         for (k, v) in ops {
             self.seq += 1;
@@ -88,6 +91,13 @@ impl Harness {
                 }
             }
         }
+        mem
+    }
+
+    /// Absorbs one head tree of `ops` (key, Some(value) or None for a delete), then works the
+    /// cascade off as the Db would, `budget` units a call.
+    fn absorb(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)], model: &mut Model, budget: u64) {
+        let mem = self.head_tree(ops, model);
         assert_eq!(self.tree.debt(), 0);
         self.tree.absorb(mem).expect("absorb");
         let mut calls = 0;
@@ -103,6 +113,38 @@ impl Harness {
         // The committer thread makes the published cascade durable.
         self.tree.committer().wait().expect("commit");
         assert!(self.tree.durable_seq() >= self.seq);
+    }
+
+    /// [`Harness::absorb`], returning for each `work` call the step kind it found
+    /// ([`STEP_KINDS`]) and the pages it read: reads are counted when an I/O thread has done
+    /// them, so each count waits for the reads handed off so far, and a call is charged with
+    /// those it asked for.
+    fn absorb_counting_reads(
+        &mut self,
+        ops: &[(Vec<u8>, Option<Vec<u8>>)],
+        model: &mut Model,
+        budget: u64,
+    ) -> Vec<(usize, u64)> {
+        let mem = self.head_tree(ops, model);
+        assert_eq!(self.tree.debt(), 0);
+        self.tree.absorb(mem).expect("absorb");
+        let read = |h: &Harness| {
+            while h.ctx.store.io_in_flight() > 0 {
+                std::thread::yield_now();
+            }
+            h.ctx.store.counters().snapshot().total_read() / PAGE_SIZE as u64
+        };
+        let mut calls = Vec::new();
+        while self.tree.debt() > 0 {
+            let kind = self.tree.job.lock().as_ref().map_or(0, Job::next_step_kind);
+            let before = read(self);
+            self.tree.work(budget).expect("work");
+            calls.push((kind, read(self) - before));
+            assert!(calls.len() < 1_000_000, "the cascade does not end");
+        }
+        self.tree.committer().wait().expect("commit");
+        assert!(self.tree.durable_seq() >= self.seq);
+        calls
     }
 
     fn get(&self, k: &[u8]) -> Option<Vec<u8>> {
@@ -510,4 +552,65 @@ fn a_writers_share_never_waits_for_a_step_in_another_thread() {
     let tree = &h.tree;
     crate::index::assert_share_skips_a_held_job(tree, tree.job.lock());
     h.verify(&model, &[key(1), key(299)]);
+}
+
+/// The cascade's start is a bounded step like the others (spec §4.8): a call that opens a
+/// cascade reads at most one input level's index path and one request of its first pages
+/// (`chunk_pages`), which it asks for and does not wait for, however many and large the levels
+/// merged. Before, the one call that started a cascade opened every input level, read each
+/// one's first pages (a request of up to 64 pages, waited for, and the next asked for) and then
+/// did a merge step: `fdtree-d`'s longest step, 68–98 ms on the loaded host
+/// (docs/results/stalls.md, *What is left*).
+#[test]
+fn opening_a_cascade_reads_one_level_a_call() {
+    let budget = 16 << 10;
+    let mut h = Harness::new(params(3, true));
+    let mut model = Model::new();
+    let chunk = h.tree.chunk_pages();
+    // The most pages a start call and a merge call read, and the start calls of the
+    // cascades that opened three levels or more.
+    let (mut start_most, mut merge_most, mut deep) = (0u64, 0u64, 0u64);
+    for c in 0..250u64 {
+        let ops: Vec<_> = (0..300)
+            .map(|i| {
+                (
+                    key((c * 300 + i).wrapping_mul(104_729) % 1_000_003),
+                    Some(vec![4u8; 8]),
+                )
+            })
+            .collect();
+        // The index path of the deepest run: the pages above its data pages.
+        let path = h
+            .tree
+            .version()
+            .levels
+            .iter()
+            .map(|l| l.run().map_or(0, |r| u64::from(r.meta().height)))
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(1);
+        let calls = h.absorb_counting_reads(&ops, &mut model, budget);
+        let starts: Vec<u64> = calls.iter().filter(|c| c.0 == 0).map(|c| c.1).collect();
+        let most = starts.iter().copied().max().unwrap_or(0);
+        assert!(
+            most <= path + chunk,
+            "cascade {c}: a call opening the cascade read {most} pages (index path {path}, \
+             requests of {chunk}); its start calls read {starts:?}"
+        );
+        start_most = start_most.max(most);
+        if starts.len() >= 3 {
+            deep += 1;
+        }
+        let merges = calls.iter().filter(|c| c.0 == 1).map(|c| c.1);
+        merge_most = merge_most.max(merges.max().unwrap_or(0));
+    }
+    println!("most pages read: {start_most} by a start call, {merge_most} by a merge call");
+    assert!(
+        deep >= 10,
+        "only {deep} cascades opened three levels or more"
+    );
+    let probe: Vec<Vec<u8>> = (0..200u64)
+        .map(|i| key(i.wrapping_mul(104_729) % 1_000_003))
+        .collect();
+    h.verify(&model, &probe);
 }
