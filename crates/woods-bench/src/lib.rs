@@ -45,3 +45,19 @@ pub mod report;
 pub mod series;
 pub mod tpcc;
 pub mod workload;
+
+/// The seed of a randomized test: `WOODS_SEED` when set (to replay a run), else the clock's;
+/// printed either way. For this crate's tests.
+#[doc(hidden)]
+pub fn test_seed() -> u64 {
+    let seed = std::env::var("WOODS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    println!("WOODS_SEED={seed}");
+    seed
+}

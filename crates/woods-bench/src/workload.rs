@@ -2102,15 +2102,7 @@ mod tests {
     /// clock's, printed.
     #[test]
     fn fd_mixes_draw_their_shares() {
-        let seed = std::env::var("WOODS_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-            });
-        println!("WOODS_SEED={seed}");
+        let seed = crate::test_seed();
         let table = [
             (Workload::FdWSearch, [0.8, 0.1, 0.05, 0.05]),
             (Workload::FdWInsert, [0.2, 0.5, 0.2, 0.1]),

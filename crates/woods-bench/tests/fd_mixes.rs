@@ -25,16 +25,7 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn seed() -> u64 {
-    let seed = std::env::var("WOODS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
-    println!("WOODS_SEED={seed}");
-    seed
+    woods_bench::test_seed()
 }
 
 /// 8-byte hashed keys and 8-byte values (the paper's key and record id), a 1 MiB budget.
