@@ -292,6 +292,19 @@ pub fn open_index(
     })
 }
 
+/// A kind's job lock for `work` (`wait`) or for a writer's share (`work_unless_busy`): `None`
+/// at once where another thread holds it.
+pub(crate) fn lock_job<T>(
+    job: &parking_lot::Mutex<T>,
+    wait: bool,
+) -> Option<parking_lot::MutexGuard<'_, T>> {
+    if wait {
+        Some(job.lock())
+    } else {
+        job.try_lock()
+    }
+}
+
 /// Test support: a writer's share ([`Index::work_unless_busy`]) returns `None` while `job`,
 /// the kind's job lock held by the caller as a background thread mid-step holds it, and does
 /// work again once it is let go. A wait shows as no answer within 30 s (the deadline only

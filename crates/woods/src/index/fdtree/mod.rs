@@ -140,13 +140,8 @@ impl FdTree {
     fn work_as(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
         self.committer.error()?;
         let locking = std::time::Instant::now();
-        let mut slot = if wait {
-            self.job.lock()
-        } else {
-            match self.job.try_lock() {
-                Some(slot) => slot,
-                None => return Ok(None),
-            }
+        let Some(mut slot) = crate::index::lock_job(&self.job, wait) else {
+            return Ok(None);
         };
         let c = &self.counters;
         c.job_lock_wait_max_micros

@@ -604,13 +604,8 @@ impl IamTree {
     /// [`Self::step`]; without `wait`, `None` at once when another thread holds the job.
     fn step_unless_busy(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
         let locking = std::time::Instant::now();
-        let slot = if wait {
-            self.job.lock()
-        } else {
-            match self.job.try_lock() {
-                Some(slot) => slot,
-                None => return Ok(None),
-            }
+        let Some(slot) = crate::index::lock_job(&self.job, wait) else {
+            return Ok(None);
         };
         self.counters
             .job_lock_wait_max_micros

@@ -567,13 +567,8 @@ impl Tree {
     /// the job's batch still merging is being stepped by another thread.
     fn work_as(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
         self.committer.error()?;
-        let mut slot = if wait {
-            self.job.lock()
-        } else {
-            match self.job.try_lock() {
-                Some(slot) => slot,
-                None => return Ok(None),
-            }
+        let Some(mut slot) = crate::index::lock_job(&self.job, wait) else {
+            return Ok(None);
         };
         if self.sigma_memtables() > 1 {
             return self.work_parked(&mut slot, budget.max(1), wait);
