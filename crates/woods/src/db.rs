@@ -163,8 +163,8 @@ pub struct Stats {
     pub waits: BTreeMap<String, u64>,
     /// Memtables frozen and handed to the index since open.
     pub memtable_switches: u64,
-    /// Memtables in memory now: the active one and those frozen but not yet durable in the
-    /// index.
+    /// Memtables in memory now: the active one and those frozen but not yet published by the
+    /// index (durable there, for a kind whose `Index::published_seq` is its durable one).
     pub memtables: usize,
     /// Bytes those memtables hold (key + value + 64 bytes per entry).
     pub memtable_bytes: u64,
@@ -214,7 +214,7 @@ pub struct CheckReport {
     /// verified: they are in memory). A memtable being moved may be counted here and in
     /// `index_versions` both.
     pub memtable_versions: u64,
-    /// Memtables in memory: the active one and those frozen but not yet durable in the index.
+    /// Memtables in memory: the active one and those frozen but not yet published by the index.
     pub memtables: usize,
     /// Pages of the data file's allocated space, the header page included (4 KiB each).
     pub file_pages: u64,
@@ -232,7 +232,8 @@ impl CheckReport {
 
 struct MemState {
     active: Arc<Memtable>,
-    /// Frozen memtables handed to the index but not yet durable there, oldest first.
+    /// Frozen memtables handed to the index but not yet published there
+    /// ([`Index::published_seq`]), oldest first.
     frozen: Vec<Arc<Memtable>>,
 }
 
@@ -288,10 +289,14 @@ struct Inner {
     sched_room: AtomicU64,
     /// Steps of index work the background threads have finished since open.
     bg_steps: AtomicU64,
-    /// Log files whose memtables the index holds durably, not yet removed: a writer leaves
-    /// their removal (and the directory sync after it) to the background threads, when there
-    /// are any ([`Inner::writer_work`]).
-    retired_logs: Mutex<Vec<u64>>,
+    /// The log files of memtables dropped once the index published them, with each memtable's
+    /// newest sequence number, oldest first: a file goes once the index holds its memtable
+    /// durably ([`Index::durable_seq`]), and a writer leaves its removal (and the directory
+    /// sync after it) to the background threads, when there are any ([`Inner::writer_work`]).
+    retired_logs: Mutex<Vec<(u64, u64)>>,
+    /// The newest sequence number of the memtables dropped so far (published by the index,
+    /// not necessarily durable): a flush waits until the index holds it durably.
+    released_seq: AtomicU64,
     /// `bg_steps` when a writer's pacing wait last ended without a single background step
     /// (`u64::MAX`: never): until the threads finish another step, writers behind the schedule
     /// do their share without waiting for them first.
@@ -807,6 +812,7 @@ impl Db {
             bg_steps: AtomicU64::new(0),
             fruitless_at: AtomicU64::new(u64::MAX),
             retired_logs: Mutex::new(Vec::new()),
+            released_seq: AtomicU64::new(0),
             paced,
             io,
             _lock: lock,
@@ -1773,20 +1779,22 @@ impl Inner {
         m.frozen.iter().filter(|f| f.max_seq() > held).count()
     }
 
-    /// Drops frozen memtables the index holds durably, and their log files.
+    /// Drops frozen memtables the index has published, and the log files of those it holds
+    /// durably.
     fn reap(&self) -> Result<()> {
         self.release_memtables();
         self.remove_logs()
     }
 
-    /// Drops frozen memtables the index holds durably; their log files wait in `retired_logs`
-    /// for [`Inner::remove_logs`].
+    /// Drops frozen memtables the index has published ([`Index::published_seq`]: readers find
+    /// their writes in the index); their log files wait in `retired_logs` until the index holds
+    /// them durably ([`Inner::remove_logs`]).
     fn release_memtables(&self) {
-        let durable = self.index.durable_seq();
+        let published = self.index.published_seq();
         let ready = |m: &MemState| {
             m.frozen
                 .iter()
-                .take_while(|f| f.max_seq() <= durable)
+                .take_while(|f| f.max_seq() <= published)
                 .count()
         };
         if ready(&self.mems.read()) == 0 {
@@ -1800,15 +1808,31 @@ impl Inner {
         let mut logs = self.retired_logs.lock();
         logs.extend(
             gone.iter()
-                .map(|m| m.wal_number())
-                .filter(|&n| n != 0 && self.wal.is_some()),
+                .filter(|m| m.wal_number() != 0 && self.wal.is_some())
+                .map(|m| (m.max_seq(), m.wal_number())),
         );
+        if let Some(newest) = gone.last() {
+            self.released_seq
+                .fetch_max(newest.max_seq(), Ordering::AcqRel);
+        }
+    }
+
+    /// Whether every memtable handed to the index is durable there: none frozen, and none
+    /// dropped at its publication with its commit still to come.
+    fn all_durable(&self) -> bool {
+        self.mems.read().frozen.is_empty()
+            && self.released_seq.load(Ordering::Acquire) <= self.index.durable_seq()
     }
 
     /// Removes the log files of memtables the index holds durably, then syncs the directory.
     fn remove_logs(&self) -> Result<()> {
-        // Taken under the lock and removed after it: another caller finds the list empty.
-        let numbers = std::mem::take(&mut *self.retired_logs.lock());
+        // Taken under the lock and removed after it: another caller does not find them.
+        let numbers: Vec<u64> = {
+            let durable = self.index.durable_seq();
+            let mut logs = self.retired_logs.lock();
+            let n = logs.iter().take_while(|(seq, _)| *seq <= durable).count();
+            logs.drain(..n).map(|(_, number)| number).collect()
+        };
         if numbers.is_empty() {
             return Ok(());
         }
@@ -1847,8 +1871,7 @@ impl Inner {
         loop {
             self.check_failed()?;
             self.index.request_flush();
-            let pending = !self.mems.read().frozen.is_empty();
-            if !pending && self.index.debt() == 0 {
+            if self.all_durable() && self.index.debt() == 0 {
                 // Log files a writer left for the background threads.
                 return self.remove_logs();
             }
@@ -1867,7 +1890,7 @@ impl Inner {
                     continue;
                 }
                 self.reap()?;
-                if !self.mems.read().frozen.is_empty() && self.index.debt() == 0 {
+                if !self.all_durable() && self.index.debt() == 0 {
                     let d = self.index.durable_seq();
                     return Err(Error::corruption(
                         "index",

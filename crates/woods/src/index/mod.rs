@@ -210,6 +210,18 @@ pub trait Index: Send + Sync {
     }
     /// Everything with a sequence number up to this is durable through the manifest.
     fn durable_seq(&self) -> u64;
+    /// Everything with a sequence number up to this is readable through the index's published
+    /// version (`get` and `iter` see it), durable or not; never below `durable_seq`. The Db
+    /// drops a frozen memtable once the index has published its writes, and keeps the
+    /// memtable's log file until they are durable: a commit slower than a memtable's filling
+    /// then holds no writer at the memtable cap ([`crate::db::MAX_PENDING_MEMTABLES`]). Only a
+    /// kind that keeps nothing of an absorbed memtable in memory once it is published may say
+    /// more than `durable_seq`, the default (`nbtree` drops Z when its drain is published;
+    /// `stbe`'s trunk keeps its memtables until their commit, and the kinds that commit
+    /// inline publish and commit at once).
+    fn published_seq(&self) -> u64 {
+        self.durable_seq()
+    }
     /// Versions of `key` with seq <= `seq`, newest first, up to the first Put or Delete.
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()>;
     /// Sorted sources covering the bounds (all versions), forward or exactly reversed, read from

@@ -620,6 +620,11 @@ impl Index for Boa {
         self.durable.load(Ordering::Acquire)
     }
 
+    /// The published version's: a flush's publication drops its memtable from the queue.
+    fn published_seq(&self) -> u64 {
+        self.version().seq.max(self.durable_seq())
+    }
+
     fn background_work(&self) -> bool {
         self.debt() > 0 || self.dirty() || self.committer.busy()
     }

@@ -573,6 +573,11 @@ impl Index for FdTree {
         self.durable.load(Ordering::Acquire)
     }
 
+    /// The published version's: a merge's publication drops its memtable (`queued`, the job's).
+    fn published_seq(&self) -> u64 {
+        self.version().seq.max(self.durable_seq())
+    }
+
     fn background_work(&self) -> bool {
         self.debt() > 0 || self.dirty() || self.committer.busy()
     }

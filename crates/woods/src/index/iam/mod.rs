@@ -1055,6 +1055,15 @@ impl Index for Iam {
         self.durable.load(Ordering::Acquire)
     }
 
+    /// The published version's, read under its lock (set there with it): a memtable's flush
+    /// drops the memtable from the queue when it publishes.
+    fn published_seq(&self) -> u64 {
+        let (_, _, seq) = self.current.published_with(&self.committer, || {
+            self.published_seq.load(Ordering::Acquire)
+        });
+        seq.max(self.durable_seq())
+    }
+
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
         let v = self.version();
         let start = out.len();
