@@ -93,6 +93,9 @@ struct Counters {
     units_moved: AtomicU64,
     /// Pages written by d-tree finishes: index levels, filter and header (not data pages).
     finish_pages: AtomicU64,
+    /// The most pages one pipe's finish wrote, and the longest one took (microseconds).
+    max_finish_pages: AtomicU64,
+    max_finish_us: AtomicU64,
     work_calls: AtomicU64,
     /// Times a fresh bound of a job's remaining work came out above what was left of the
     /// bound it started with (the bound is meant to make this impossible).
@@ -1276,15 +1279,18 @@ impl Tree {
         self.counters
             .units_moved
             .fetch_add(pipe.units(), Ordering::Relaxed);
+        let t = std::time::Instant::now();
         let out = pipe.finish(&self.ctx.store)?;
         let finished: u64 = [&out.left, &out.right]
             .into_iter()
             .flatten()
             .map(|r| r.meta().pages() - r.meta().data_pages)
             .sum();
-        self.counters
-            .finish_pages
-            .fetch_add(finished, Ordering::Relaxed);
+        let c = &self.counters;
+        c.finish_pages.fetch_add(finished, Ordering::Relaxed);
+        c.max_finish_pages.fetch_max(finished, Ordering::Relaxed);
+        c.max_finish_us
+            .fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
         Ok(out)
     }
 
@@ -1945,6 +1951,8 @@ impl Index for NbTree {
             ("stale_dtrees_dropped", &c.stale_dropped),
             ("units_moved", &c.units_moved),
             ("finish_pages", &c.finish_pages),
+            ("max_finish_pages", &c.max_finish_pages),
+            ("max_finish_us", &c.max_finish_us),
             ("work_calls", &c.work_calls),
             ("bound_misses", &c.bound_misses),
             ("max_work_call_units", &c.max_call_units),
