@@ -437,7 +437,7 @@ struct IndexLevel {
 }
 
 /// The phases of a finish in steps: index levels bottom-up, the filter, the filter's pages
-/// (a few per step when they are more than a chunk), then the header.
+/// (a few per step), then the header.
 enum Finish {
     Index {
         level: IndexLevel,

@@ -24,7 +24,7 @@
 //! kept between calls, so no call does more than its budget plus one key, one chunk write per
 //! output, one finishing step and one commit. `debt()` is an upper bound of what the job has
 //! left ([`policy`]), finishing included ([`policy::finish_bound`]: per key its bloom probes
-//! and filter bits, a sixteenth of the units for the index levels, and 8 pages per d-tree), so
+//! and filter bits, a sixteenth of the units for the index levels, and 5 pages per d-tree), so
 //! the Db's pacing finishes it before the active memtable fills. Each step that changes the tree has
 //! one commit point: new d-trees written, the data file synced, the manifest committed (s-tree,
 //! d-tree metadata, live pointers and the job cursor), a new immutable [`version::Version`]
