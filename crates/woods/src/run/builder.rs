@@ -1,6 +1,6 @@
 //! Bulk-building a run bottom-up: data pages are filled in entry order and written a chunk
 //! (`extent_pages` pages) at a time; the index levels, the filter and the header follow at
-//! [`RunBuilder::finish`].
+//! [`RunBuilder::finish`], or over bounded steps of [`RunBuilder::finish_step`].
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
@@ -64,6 +64,10 @@ struct Sink {
     tail: bool,
     /// Extents in `done` when the metadata began.
     data_extents: usize,
+    /// Pages handed to the page file to write so far.
+    handed: u64,
+    /// Pages placed so far (written at once or with their chunk).
+    placed: u64,
 }
 
 impl Sink {
@@ -80,21 +84,9 @@ impl Sink {
             // Larger than a chunk: an extent of its own, allocated exactly (from the region's
             // hole when it has room; the open chunk is written first, so that its unused part
             // goes back to the hole before the hole is cut).
-            if self.region.is_some() {
-                self.flush_chunk()?;
-            }
-            let extent = match self.take_from_region(n, n) {
-                Some((e, _)) => e,
-                None => self.store.alloc().alloc(n),
-            };
-            self.note_extent(extent);
-            let mut buf = AlignedBuf::zeroed(n as usize * PAGE_SIZE);
-            for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
-                fill(i, page);
-            }
-            let len = buf.len();
-            self.hand_off(extent.start, buf, len)?;
-            return Ok(extent.start);
+            let start = self.reserve(n)?;
+            self.write_at(start, n, fill)?;
+            return Ok(start);
         }
         if self
             .chunk
@@ -137,7 +129,76 @@ impl Sink {
             fill(i, page);
         }
         c.used += n;
+        self.placed += n;
         Ok(c.extent.start + first as u64)
+    }
+
+    /// Places `n` contiguous pages as an extent of their own, allocated exactly (from the
+    /// region's hole when it has room; the open chunk is written first, so that its unused part
+    /// goes back to the hole before the hole is cut), to be written by [`Sink::write_at`]. The
+    /// extent is the run's from here on: [`Sink::release_all`] gives it back on failure.
+    fn reserve(&mut self, n: u64) -> Result<u64> {
+        if self.region.is_some() {
+            self.flush_chunk()?;
+        }
+        let extent = match self.take_from_region(n, n) {
+            Some((e, _)) => e,
+            None => self.store.alloc().alloc(n),
+        };
+        self.note_extent(extent);
+        Ok(extent.start)
+    }
+
+    /// Writes `n` pages at `start` (inside an extent from [`Sink::reserve`]) from a buffer of
+    /// their own, `fill(i, body)` writing the body of page `i` as in [`Sink::put`].
+    fn write_at(
+        &mut self,
+        start: u64,
+        n: u64,
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        let mut buf = AlignedBuf::zeroed(n as usize * PAGE_SIZE);
+        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+            fill(i, page);
+        }
+        let len = buf.len();
+        self.placed += n;
+        self.hand_off(start, buf, len)
+    }
+
+    /// Places `n` zeroed pages in the chunk (as [`Sink::put`] does, `n` at most a chunk), for
+    /// [`Sink::fill_placed`] to fill before the chunk is written; they count as placed only
+    /// once filled.
+    fn put_blank(&mut self, n: u64) -> Result<u64> {
+        let start = self.put(n, |_, _| {})?;
+        self.placed -= n;
+        Ok(start)
+    }
+
+    /// Fills `n` pages at `start`, placed by [`Sink::put_blank`] in the chunk being filled,
+    /// `fill(i, body)` writing the body of page `i` as in [`Sink::put`].
+    fn fill_placed(
+        &mut self,
+        start: u64,
+        n: u64,
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> Result<()> {
+        let c = self
+            .chunk
+            .as_mut()
+            .filter(|c| start >= c.extent.start && start + n <= c.extent.end())
+            .ok_or_else(|| {
+                Error::InvalidOption(format!("run pages {start}+{n} are not in the open chunk"))
+            })?;
+        let first = (start - c.extent.start) as usize;
+        for i in 0..n as usize {
+            fill(
+                i,
+                &mut c.buf[(first + i) * PAGE_SIZE..(first + i + 1) * PAGE_SIZE],
+            );
+        }
+        self.placed += n;
+        Ok(())
     }
 
     /// Takes up to `want` (at least `need`) pages from the region's hole: from its front for
@@ -266,6 +327,7 @@ impl Sink {
         }
         let w = self.store.write_behind(start, buf, len, purpose);
         self.writing.push_back(w);
+        self.handed += (len / PAGE_SIZE) as u64;
         Ok(())
     }
 
@@ -374,8 +436,8 @@ struct IndexLevel {
     buf: Vec<u8>,
 }
 
-/// The phases of a finish in steps: index levels bottom-up, the filter, then the filter pages
-/// and the header (written in the step that completes the filter).
+/// The phases of a finish in steps: index levels bottom-up, the filter, the filter's pages
+/// (a few per step), then the header.
 enum Finish {
     Index {
         level: IndexLevel,
@@ -385,6 +447,25 @@ enum Finish {
         tree_root: u64,
         height: u32,
         filter: Option<FilterFinish>,
+    },
+    /// Writing the filter's pages into the pages reserved for them at `start` (in the open
+    /// chunk, or an extent of their own); `next` pages are written.
+    FilterPages {
+        tree_root: u64,
+        height: u32,
+        bytes: Vec<u8>,
+        start: u64,
+        next: u64,
+        in_chunk: bool,
+    },
+    /// The filter is placed (at `filter_page`, `filter_pages` long; 0 and 0 for none): the
+    /// header page and the last chunk remain.
+    Header {
+        tree_root: u64,
+        height: u32,
+        filter: Option<Vec<u8>>,
+        filter_page: u64,
+        filter_pages: u64,
     },
     Done {
         meta: RunMeta,
@@ -418,6 +499,8 @@ impl RunBuilder {
                 region: None,
                 tail: false,
                 data_extents: 0,
+                handed: 0,
+                placed: 0,
             },
             page: SlottedPage::default(),
             page_first: None,
@@ -487,6 +570,24 @@ impl RunBuilder {
     /// Takes the recorded page list (see [`RunBuilder::record_pages`]).
     pub fn take_page_list(&mut self) -> Vec<(Vec<u8>, u64)> {
         self.pages.take().unwrap_or_default()
+    }
+
+    /// Pages handed to the page file to write so far (a chunk's pages when the chunk is
+    /// written): what a step of [`RunBuilder::finish_step`] wrote is the difference.
+    pub fn pages_written(&self) -> u64 {
+        self.sink.handed
+    }
+
+    /// Pages placed so far, written at once or with their chunk (a step of
+    /// [`RunBuilder::finish_step`] places at most about its budget in pages).
+    pub fn pages_placed(&self) -> u64 {
+        self.sink.placed
+    }
+
+    /// Whether [`RunBuilder::finish_step`] has completed the run ([`RunBuilder::finish`] then
+    /// returns at once).
+    pub fn is_complete(&self) -> bool {
+        matches!(self.fin, Some(Finish::Done { .. }))
     }
 
     /// Fence items added so far (internal fences included); [`RunBuilder::entries`] counts
@@ -727,11 +828,16 @@ impl RunBuilder {
         r.map(|(meta, (root, filter))| (self.sink.store.clone(), meta, root, filter))
     }
 
-    /// Finishes the run in steps of about `budget` bytes of work: index pages written (4 KiB
-    /// each), filter keys processed (8 bytes each); the filter pages and the header are written
-    /// by the step that completes the filter (they are about 1 % of the run). Returns true once
-    /// the run is complete; [`finish`](RunBuilder::finish) (or `Run::from_builder`) then returns
-    /// at once. After an error everything allocated is released and the builder is spent.
+    /// Finishes the run in steps of about `budget` bytes of work: index pages placed (4 KiB
+    /// each), filter keys processed (8 bytes each), filter pages placed (4 KiB each). A step
+    /// places at most `budget / PAGE_SIZE` pages rounded up, plus one, and writes those and at
+    /// most the chunk they complete. The filter's pages are reserved when it is complete,
+    /// exactly where one placement of them would go: in
+    /// the chunk when they fit one, else in an extent of their own, which the steps write a few
+    /// pages at a time; the last step places the header page, writes the last chunk and waits
+    /// for every write. Returns true once the run is complete; [`finish`](RunBuilder::finish) (or
+    /// `Run::from_builder`) then returns at once. After an error everything allocated is
+    /// released and the builder is spent.
     pub fn finish_step(&mut self, budget: u64) -> Result<bool> {
         if self.finished {
             return Err(Error::InvalidOption(
@@ -801,11 +907,61 @@ impl RunBuilder {
                         }
                     }
                     let bytes = filter.map(FilterFinish::into_bytes);
-                    let meta = self.write_tail(tree_root, height, bytes.as_deref())?;
+                    // The filter's pages follow within what is left of the budget (what the
+                    // keys took is not known: at most all of it).
+                    self.fin = Some(self.place_filter(tree_root, height, bytes)?);
+                }
+                Some(Finish::FilterPages {
+                    tree_root,
+                    height,
+                    bytes,
+                    start,
+                    next,
+                    in_chunk,
+                }) => {
+                    let n = filter_page_count(&bytes);
+                    let k = (n - next).min(left.div_ceil(PAGE_SIZE as u64).max(1));
+                    let fill = |i: usize, body: &mut [u8]| {
+                        fill_filter_page(&bytes, next as usize + i, body)
+                    };
+                    if in_chunk {
+                        self.sink.fill_placed(start + next, k, fill)?;
+                    } else {
+                        self.sink.write_at(start + next, k, fill)?;
+                    }
+                    spend(&mut left, k * PAGE_SIZE as u64);
+                    let next = next + k;
+                    self.fin = Some(if next < n {
+                        Finish::FilterPages {
+                            tree_root,
+                            height,
+                            bytes,
+                            start,
+                            next,
+                            in_chunk,
+                        }
+                    } else {
+                        Finish::Header {
+                            tree_root,
+                            height,
+                            filter: Some(bytes),
+                            filter_page: start,
+                            filter_pages: n,
+                        }
+                    });
+                }
+                Some(Finish::Header {
+                    tree_root,
+                    height,
+                    filter,
+                    filter_page,
+                    filter_pages,
+                }) => {
+                    let meta = self.write_tail(tree_root, height, filter_page, filter_pages)?;
                     self.fin = Some(Finish::Done {
                         meta,
                         tree_root,
-                        filter: bytes,
+                        filter,
                     });
                     return Ok(true);
                 }
@@ -835,25 +991,51 @@ impl RunBuilder {
         }
     }
 
-    /// Writes the filter pages and the header page, flushes the last chunk; the run's metadata.
+    /// Reserves the complete filter's pages, exactly where [`Sink::put`] would put them, for
+    /// the next steps to write a few at a time: a filter of at most a chunk in the chunk (its
+    /// pages go out with the chunk), a larger one in an extent of its own (written by the
+    /// steps themselves).
+    fn place_filter(
+        &mut self,
+        tree_root: u64,
+        height: u32,
+        bytes: Option<Vec<u8>>,
+    ) -> Result<Finish> {
+        let Some(bytes) = bytes else {
+            return Ok(Finish::Header {
+                tree_root,
+                height,
+                filter: None,
+                filter_page: 0,
+                filter_pages: 0,
+            });
+        };
+        let n = filter_page_count(&bytes);
+        let in_chunk = n <= self.sink.chunk_pages();
+        let start = if in_chunk {
+            self.sink.put_blank(n)?
+        } else {
+            self.sink.reserve(n)?
+        };
+        Ok(Finish::FilterPages {
+            tree_root,
+            height,
+            bytes,
+            start,
+            next: 0,
+            in_chunk,
+        })
+    }
+
+    /// Writes the header page, flushes the last chunk and waits for every write; the run's
+    /// metadata.
     fn write_tail(
         &mut self,
         tree_root: u64,
         height: u32,
-        filter: Option<&[u8]>,
+        filter_page: u64,
+        filter_pages: u64,
     ) -> Result<RunMeta> {
-        let (filter_page, filter_pages) = match filter {
-            Some(bytes) => {
-                let n = bytes.len().div_ceil(PAYLOAD).max(1);
-                let start = self.sink.put(n as u64, |i, body| {
-                    let part = &bytes[i * PAYLOAD..((i + 1) * PAYLOAD).min(bytes.len())];
-                    put_header(body, PAGE_FILTER, 0, 0, part.len() as u32);
-                    body[HEADER_LEN..HEADER_LEN + part.len()].copy_from_slice(part);
-                })?;
-                (start, n as u64)
-            }
-            None => (0, 0),
-        };
         let (max_key, max_seq, min_seq) = match &self.last {
             Some((k, _)) => (k.clone(), self.max_seq, self.min_seq),
             None => (Vec::new(), 0, 0),
@@ -1004,6 +1186,18 @@ impl IndexLevel {
             buf: Vec::new(),
         }
     }
+}
+
+/// Pages of a filter of `bytes`.
+fn filter_page_count(bytes: &[u8]) -> u64 {
+    bytes.len().div_ceil(PAYLOAD).max(1) as u64
+}
+
+/// Writes page `i` of the filter `bytes` into `body`.
+fn fill_filter_page(bytes: &[u8], i: usize, body: &mut [u8]) {
+    let part = &bytes[(i * PAYLOAD).min(bytes.len())..((i + 1) * PAYLOAD).min(bytes.len())];
+    put_header(body, PAGE_FILTER, 0, 0, part.len() as u32);
+    body[HEADER_LEN..HEADER_LEN + part.len()].copy_from_slice(part);
 }
 
 /// The separator for a data page whose first entry is (`key`, `seq`) and whose predecessor

@@ -599,6 +599,78 @@ fn finish_in_steps_writes_the_same_run() {
     }
 }
 
+/// A finish in steps writes at most about its budget in pages per step, beyond the chunk a
+/// step may complete: a filter of many chunks goes out over many steps (before, the step that
+/// completed the filter wrote all of it, and the header, at once), into one extent, and the
+/// run is the one `finish` writes.
+#[test]
+fn finish_steps_write_about_their_budget_of_pages() {
+    let mut rng = SmallRng::seed_from_u64(seed());
+    // Distinct keys (the model's collide), 8 filter bytes each: about 80 filter pages.
+    let mut m: Vec<Entry> = (0..40_000u32)
+        .map(|i| {
+            let value: Vec<u8> = (0..rng.gen_range(0..=40)).map(|_| rng.gen()).collect();
+            Entry::new(
+                format!("key{i:08}").as_bytes(),
+                u64::from(i) + 1,
+                Kind::Put,
+                &value,
+            )
+        })
+        .collect();
+    m.sort_by(|a, b| cmp_entries(&a.key, a.seq, &b.key, b.seq));
+    let o = RunOptions {
+        bloom_bits_per_key: 64,
+        purpose: Purpose::Merge,
+        extent_pages: 8,
+    };
+    let budget = 2 * PAGE_SIZE as u64;
+    let most = budget / PAGE_SIZE as u64 + 1 + o.extent_pages;
+    let build = |steps: bool| {
+        let (_fs, pf) = store();
+        let mut b = RunBuilder::new(pf.clone(), o);
+        for e in &m {
+            b.add(e).unwrap();
+        }
+        let mut worst = 0;
+        if steps {
+            loop {
+                let before = b.pages_written();
+                let done = b.finish_step(budget).unwrap();
+                worst = worst.max(b.pages_written() - before);
+                if done {
+                    break;
+                }
+            }
+            assert!(b.is_complete());
+        }
+        let run = Run::from_builder(b).unwrap();
+        let pages: Vec<Vec<u8>> = run
+            .meta()
+            .extents
+            .iter()
+            .flat_map(|e| e.start..e.end())
+            .map(|p| pf.read_uncached(p, Purpose::Merge).unwrap().to_vec())
+            .collect();
+        (run.meta().clone(), pages, worst, run)
+    };
+    let (meta_a, pages_a, _, _) = build(false);
+    let (meta_b, pages_b, worst, run) = build(true);
+    assert!(
+        meta_b.filter_pages > 3 * most,
+        "the filter ({} pages) should be many steps' worth",
+        meta_b.filter_pages
+    );
+    assert!(
+        worst <= most,
+        "a step of {budget} bytes wrote {worst} pages (at most {most}); filter of {} pages",
+        meta_b.filter_pages
+    );
+    assert_eq!(meta_a, meta_b);
+    assert!(pages_a == pages_b, "pages differ");
+    verify(&Arc::new(run), &m, &mut rng, 3);
+}
+
 #[test]
 fn no_filter_and_tiny_chunks() {
     let mut rng = SmallRng::seed_from_u64(seed());

@@ -1,6 +1,7 @@
 //! The resumable parts of a job: a [`Pipe`] merges sorted sources into one or two new d-trees a
-//! key at a time, so that `work(budget)` can stop after any key and resume on the next call
-//! with the same builders and input iterators; [`Moved`] counts what a deep flush moves into a
+//! key at a time, then finishes them (index levels, filter, header) in bounded steps, so that
+//! `work(budget)` can stop after any key or finishing step and resume on the next call with
+//! the same builders and input iterators; [`Moved`] counts what a deep flush moves into a
 //! child; [`Counted`] counts what a pipe reads.
 
 use std::ops::Bound;
@@ -15,7 +16,16 @@ use crate::error::Result;
 use crate::merge::{Compactor, EntryIter, MergeIter};
 use crate::options::MergeOperator;
 use crate::run::{Run, RunBuilder, RunOptions};
-use crate::storage::{PageFile, Purpose};
+use crate::storage::{PageFile, Purpose, PAGE_SIZE};
+
+/// The most units one step of a pipe's finish is given (and so the most pages it writes
+/// beyond a chunk: four).
+pub const FINISH_STEP_UNITS: u64 = 4 * PAGE_SIZE as u64;
+
+/// What a finishing step of a pipe charges at least, as a share of what it was given: a step
+/// that only builds the filter (no page) does CPU work, which the builder prices at 8 bytes a
+/// probe, here an eighth of that (a byte a probe).
+const FINISH_CPU_SHARE: u64 = 8;
 
 /// Units of one entry: key, value and the memtable's per-entry overhead.
 pub fn entry_units(e: &Entry) -> u64 {
@@ -139,6 +149,13 @@ pub struct Pipe {
     max_group: u64,
     /// The current key's kept versions (one vector reused for every key).
     group: Vec<Entry>,
+    /// Whether the input is exhausted (the builders are being finished).
+    exhausted: bool,
+    /// Units charged for finishing steps.
+    finishing: u64,
+    /// The most pages one finishing step wrote, and the longest one took (microseconds).
+    max_step_pages: u64,
+    max_step_us: u64,
 }
 
 impl Pipe {
@@ -169,19 +186,88 @@ impl Pipe {
             split_key: None,
             max_group: 0,
             group: Vec::new(),
+            exhausted: false,
+            finishing: 0,
+            max_step_pages: 0,
+            max_step_us: 0,
         }
     }
 
-    /// Units read and written so far.
+    /// The work done so far: units read and written, and those charged for finishing.
     pub fn units(&self) -> u64 {
+        self.moved() + self.finishing
+    }
+
+    /// Units read and written so far.
+    pub fn moved(&self) -> u64 {
         self.read.load(Ordering::Relaxed) + self.written
+    }
+
+    /// The most pages one finishing step wrote (handed to the page file, a chunk at a time) and
+    /// the longest one took, in microseconds.
+    pub fn max_finish_step(&self) -> (u64, u64) {
+        (self.max_step_pages, self.max_step_us)
+    }
+
+    /// Does about `budget` units of work: moves whole keys until `budget` units have been read
+    /// and written in this call or the input is exhausted, then finishes the d-trees in steps
+    /// of at most [`FINISH_STEP_UNITS`], each charged the pages it placed (4 KiB a page), at
+    /// least an eighth of what it was given, until the call's units reach `budget`. Returns
+    /// whether the pipe is complete ([`Pipe::finish`] then writes nothing).
+    pub fn step(&mut self, budget: u64) -> Result<bool> {
+        let start = self.units();
+        if !self.exhausted {
+            self.exhausted = self.merge(budget)?;
+        }
+        while self.exhausted {
+            if self.finished() {
+                return Ok(true);
+            }
+            let did = self.units() - start;
+            if did >= budget {
+                break;
+            }
+            self.finish_step((budget - did).min(FINISH_STEP_UNITS))?;
+        }
+        Ok(false)
+    }
+
+    /// The builders that make d-trees (an empty one makes none and is not finished).
+    fn builders(&mut self) -> impl Iterator<Item = &mut RunBuilder> {
+        [Some(&mut self.left), self.right.as_mut()]
+            .into_iter()
+            .flatten()
+            .filter(|b| b.entries() > 0)
+    }
+
+    /// Whether every d-tree is finished.
+    fn finished(&mut self) -> bool {
+        self.builders().all(|b| b.is_complete())
+    }
+
+    /// One step of `given` units of the first d-tree not finished yet.
+    fn finish_step(&mut self, given: u64) -> Result<()> {
+        let t = std::time::Instant::now();
+        let Some(b) = self.builders().find(|b| !b.is_complete()) else {
+            return Ok(());
+        };
+        let (placed, written) = (b.pages_placed(), b.pages_written());
+        b.finish_step(given)?;
+        let placed = b.pages_placed() - placed;
+        let written = b.pages_written() - written;
+        self.finishing += (placed * PAGE_SIZE as u64)
+            .max(given / FINISH_CPU_SHARE)
+            .max(1);
+        self.max_step_pages = self.max_step_pages.max(written);
+        self.max_step_us = self.max_step_us.max(t.elapsed().as_micros() as u64);
+        Ok(())
     }
 
     /// Moves whole keys until `budget` units have been read and written in this call or the
     /// input is exhausted; returns whether it is.
-    pub fn step(&mut self, budget: u64) -> Result<bool> {
-        let start = self.units();
-        while self.units() - start < budget {
+    fn merge(&mut self, budget: u64) -> Result<bool> {
+        let start = self.moved();
+        while self.moved() - start < budget {
             match self.input.next_group(&mut self.group) {
                 None => return Ok(true),
                 Some(r) => r?,
@@ -223,7 +309,8 @@ impl Pipe {
         Ok(false)
     }
 
-    /// Finishes the builders (index levels, filter, header); an empty one gives no run.
+    /// The d-trees: builders that [`Pipe::step`] finished return at once (any other is finished
+    /// here in one go: index levels, filter, header); an empty one gives no run.
     pub fn finish(self, store: &PageFile) -> Result<Outcome> {
         let finish = |b: RunBuilder| -> Result<Option<Run>> {
             if b.entries() == 0 {

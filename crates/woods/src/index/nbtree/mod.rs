@@ -19,10 +19,13 @@
 //! bound.
 //!
 //! De-amortization: the job is a state machine advanced by `work(budget)`; a merge into a child
-//! is itself a [`job::Pipe`] that moves a key at a time and is kept between calls, so no call
-//! does more than its budget plus one key, one chunk write per output and one d-tree finish
-//! and commit. `debt()` is an upper bound of what the job has left ([`policy`]), so the Db's
-//! pacing finishes it before the active memtable fills. Each step that changes the tree has
+//! is itself a [`job::Pipe`] that moves a key at a time and then finishes its d-trees (index
+//! levels, filter, header) in steps of at most [`job::FINISH_STEP_UNITS`], charged as work and
+//! kept between calls, so no call does more than its budget plus one key, one chunk write per
+//! output, one finishing step and one commit. `debt()` is an upper bound of what the job has
+//! left ([`policy`]), finishing included ([`policy::finish_bound`]: per key its bloom probes
+//! and filter bits, a sixteenth of the units for the index levels, and 5 pages per d-tree), so
+//! the Db's pacing finishes it before the active memtable fills. Each step that changes the tree has
 //! one commit point: new d-trees written, the data file synced, the manifest committed (s-tree,
 //! d-tree metadata, live pointers and the job cursor), a new immutable [`version::Version`]
 //! published. The root's drain is one commit for all children, and only it advances
@@ -51,7 +54,9 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use self::job::{child_bounds, live_iter, Counted, Moved, MovedState, Outcome, Pipe, Route};
-use self::policy::{granule, job_bound, leaf_oversized, rest_bound, settle, Action, Shape};
+use self::policy::{
+    granule, job_bound, leaf_oversized, merge_cost, rest_bound, settle, Action, Shape,
+};
 use self::version::{
     decode_meta, encode_meta, height_of, node_at, replace_at, units, Cursor, DTree, Observed,
     Phase, SNode, Version,
@@ -93,7 +98,9 @@ struct Counters {
     units_moved: AtomicU64,
     /// Pages written by d-tree finishes: index levels, filter and header (not data pages).
     finish_pages: AtomicU64,
-    /// The most pages one pipe's finish wrote, and the longest one took (microseconds).
+    /// The most pages one step of a d-tree's finish wrote (handed to the page file: up to a
+    /// 64-page chunk, which may hold the last data pages too, or a few filter pages), and the
+    /// longest such step took (microseconds). A finish is many steps, paced as any work.
     max_finish_pages: AtomicU64,
     max_finish_us: AtomicU64,
     work_calls: AtomicU64,
@@ -468,6 +475,7 @@ impl NbTree {
                 .saturating_mul(u64::from(params.sigma_memtables.max(1))),
             fanout: params.fanout.max(3) as usize,
             split_in_merge,
+            bloom_bits: params.bloom_bits_per_key,
         };
         let (root, height, mut observed, cursor) = if meta.is_empty() {
             (Arc::new(SNode::default()), 1, Observed::default(), None)
@@ -628,18 +636,22 @@ impl Tree {
     ) -> Result<bool> {
         loop {
             self.step_park(slot, budget, done)?;
+            let parked = self.park.lock().is_none();
+            if slot.is_none() && parked && self.pending.lock().is_none() && self.drain_due() {
+                // Started by the call that commits the park that made it due, whatever budget
+                // is left (its finishing steps may have taken all of it), so that its bound
+                // is known from here on and the next absorbs pace it.
+                **slot = Some(self.start_drain()?);
+            }
             if *done >= budget {
                 return Ok(false);
             }
             if slot.is_none() {
-                if let Some((mem, bound)) = self.pending.lock().take() {
-                    // A leaf root takes Z into its d-tree, as with c = 1.
-                    **slot = Some(self.start_job(mem, bound)?);
-                } else if self.drain_due() {
-                    **slot = Some(self.start_drain()?);
-                } else {
+                let Some((mem, bound)) = self.pending.lock().take() else {
                     return Ok(false);
-                }
+                };
+                // A leaf root takes Z into its d-tree, as with c = 1.
+                **slot = Some(self.start_job(mem, bound)?);
             }
             let before = *done;
             if self.run_job(slot, budget, done, wait)? {
@@ -1274,12 +1286,13 @@ impl Tree {
         self.apply(job, &v, kind, out)
     }
 
-    /// Finishes a pipe's d-trees (index levels, filter, header), counting its work.
+    /// Takes the d-trees of a pipe that [`Pipe::step`] completed (their index levels, filter
+    /// and header were written by its finishing steps), counting its work.
     fn finish_pipe(&self, pipe: Pipe) -> Result<Outcome> {
         self.counters
             .units_moved
-            .fetch_add(pipe.units(), Ordering::Relaxed);
-        let t = std::time::Instant::now();
+            .fetch_add(pipe.moved(), Ordering::Relaxed);
+        let (step_pages, step_us) = pipe.max_finish_step();
         let out = pipe.finish(&self.ctx.store)?;
         let finished: u64 = [&out.left, &out.right]
             .into_iter()
@@ -1288,9 +1301,8 @@ impl Tree {
             .sum();
         let c = &self.counters;
         c.finish_pages.fetch_add(finished, Ordering::Relaxed);
-        c.max_finish_pages.fetch_max(finished, Ordering::Relaxed);
-        c.max_finish_us
-            .fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+        c.max_finish_pages.fetch_max(step_pages, Ordering::Relaxed);
+        c.max_finish_us.fetch_max(step_us, Ordering::Relaxed);
         Ok(out)
     }
 
@@ -1831,7 +1843,7 @@ impl Index for NbTree {
             // Z becomes a root run: one sequential write of it, read from memory. The drain in
             // flight, if any, owes its share over the memtables left until the root's filling
             // runs reach c (this one included).
-            let bound = mem.bytes().saturating_mul(2).max(1);
+            let bound = merge_cost(mem.bytes(), 1, self.shape).max(1);
             let runs = v.root.runs.len() as u64;
             let filling = runs.saturating_sub(self.draining.load(Ordering::Acquire));
             let k = self.sigma_memtables().saturating_sub(filling).max(1);

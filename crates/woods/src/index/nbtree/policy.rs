@@ -24,7 +24,9 @@ use std::sync::Arc;
 
 use super::version::{node_at, Cursor, Phase, SNode};
 use crate::error::{Error, Result};
+use crate::filter::BloomBuilder;
 use crate::memtable::ENTRY_OVERHEAD;
+use crate::storage::PAGE_SIZE;
 
 /// The structure's parameters as the policy sees them.
 #[derive(Clone, Copy, Debug)]
@@ -37,6 +39,48 @@ pub struct Shape {
     /// merge (one read and write of it), rather than in the LeafSplits step after the flush
     /// commits (the paper's order: a second read and write of it). The halves are the same.
     pub split_in_merge: bool,
+    /// The d-trees' bloom bits per key (what finishing a d-tree costs depends on it).
+    pub bloom_bits: u32,
+}
+
+/// What finishing a d-tree costs at most beside what grows with its size: its first and last
+/// pages (the last data page, the header), a partly filled page for the filter and for the
+/// first index level (those of the levels above are within [`finish_bound`]'s sixteenth), and
+/// a page for the finishing steps' rounding (`job::Pipe::step`).
+pub const FINISH_DTREE_UNITS: u64 = 5 * PAGE_SIZE as u64;
+
+/// Upper bound of the units that finishing the d-trees (at most `dtrees`) a merge writes from
+/// `units` units charges (`job::Pipe::step`: a finishing step is charged the pages it places,
+/// 4 KiB each, at least an eighth of what it was given, that is a byte per bloom probe): per key
+/// (at most one per 64 units) its probes, its filter bits at 4 KiB a page, and a step; the index
+/// levels a sixteenth of the units (an index entry per data page of at least 2 KiB: keys of up
+/// to about 80 bytes); [`FINISH_DTREE_UNITS`] per d-tree.
+pub fn finish_bound(units: u64, dtrees: u64, shape: Shape) -> u64 {
+    let per_key = match shape.bloom_bits {
+        0 => 1,
+        b => u64::from(BloomBuilder::probes(b)) + u64::from(b).div_ceil(4) + 1,
+    };
+    units.saturating_mul(per_key) / ENTRY_OVERHEAD
+        + units / 16
+        + dtrees.saturating_mul(FINISH_DTREE_UNITS)
+}
+
+/// The d-trees of a flush into the children of `n`: one per child, two where the children are
+/// leaves (a merge may split its leaf).
+fn flush_dtrees(n: &SNode, children: usize) -> usize {
+    if n.children.first().is_some_and(|c| c.is_leaf()) {
+        2 * children
+    } else {
+        children
+    }
+}
+
+/// Upper bound of a merge (or split) that reads `units` units, writes them into at most
+/// `dtrees` d-trees and finishes those.
+pub fn merge_cost(units: u64, dtrees: usize, shape: Shape) -> u64 {
+    units
+        .saturating_mul(2)
+        .saturating_add(finish_bound(units, dtrees as u64, shape))
 }
 
 /// The next step that does I/O or changes the tree.
@@ -202,12 +246,16 @@ pub fn descent_bound(x: &SNode, incoming: u64, base: u64, g: u64, shape: Shape) 
         return (0, false);
     }
     let m = lx.min(flush_target(shape.sigma, base).saturating_add(g));
-    let flush = 2 * (m + x.group_units());
+    let flush = merge_cost(
+        m + x.group_units(),
+        flush_dtrees(x, x.children.len()),
+        shape,
+    );
     let (below, gains) = below_bound(x, m, m, g, shape);
     let may_split = x.children.len() + gains > shape.fanout;
     // x keeps at most what it did not send, and a split reads and writes that.
     let own = if may_split {
-        2 * (lx - lx.min(shape.sigma))
+        merge_cost(lx - lx.min(shape.sigma), 2, shape)
     } else {
         0
     };
@@ -223,7 +271,11 @@ fn below_bound(x: &SNode, m: u64, base: u64, g: u64, shape: Shape) -> (u64, usiz
         // Leaves split in the flush's merges cost nothing more than the flush; the bound
         // still counts a split after it for each, as a merge cannot know beforehand whether
         // compaction will leave its leaf over σ.
-        let cost = if k == 0 { 0 } else { 2 * (m + units) };
+        let cost = if k == 0 {
+            0
+        } else {
+            merge_cost(m + units, 2 * k, shape)
+        };
         (cost, k)
     } else {
         let mut worst = 0;
@@ -248,10 +300,15 @@ pub fn job_bound(root: &SNode, z: u64, g: u64, shape: Shape) -> u64 {
     if root.is_leaf() {
         // Merge Z into the root's d-tree, then possibly split it in two.
         let total = z + root.live_units();
-        let split = if total > shape.sigma { 2 * total } else { 0 };
-        return 2 * total + split;
+        let split = if total > shape.sigma {
+            merge_cost(total, 2, shape)
+        } else {
+            0
+        };
+        return merge_cost(total, 1, shape) + split;
     }
-    let flush = 2 * (z + root.group_units());
+    let dtrees = flush_dtrees(root, root.children.len());
+    let flush = merge_cost(z + root.group_units(), dtrees, shape);
     // The root splits without I/O (its d-tree is the memtables).
     flush + below_bound(root, z, z, g, shape).0
 }
@@ -272,13 +329,12 @@ pub fn rest_bound(root: &Arc<SNode>, cursor: &Cursor, g: u64, shape: Shape) -> u
                 .as_ref()
                 .and_then(|d| d.live_start.as_ref())
                 .map_or(0, |s| n.child_index(s));
-            let rest: u64 = n.children[next.min(n.children.len())..]
-                .iter()
-                .map(|c| c.live_units())
-                .sum();
+            let receivers = &n.children[next.min(n.children.len())..];
+            let rest: u64 = receivers.iter().map(|c| c.live_units()).sum();
             // What the node sends in all: what it moved and at most `m` more.
             let (below, gains) = below_bound(n, m, moved.saturating_add(m), g, shape);
-            (2 * (m + rest) + below, gains)
+            let flush = merge_cost(m + rest, flush_dtrees(n, receivers.len()), shape);
+            (flush + below, gains)
         }
         Phase::AfterFlush { sent } => below_bound(n, 0, *sent, g, shape),
         Phase::LeafSplits { next } => {
@@ -289,7 +345,11 @@ pub fn rest_bound(root: &Arc<SNode>, cursor: &Cursor, g: u64, shape: Shape) -> u
                 .filter(|c| c.is_leaf() && leaf_oversized(c, shape.sigma))
                 .map(|c| c.live_units())
                 .collect();
-            (2 * over.iter().sum::<u64>(), over.len())
+            let cost = match over.len() {
+                0 => 0,
+                k => merge_cost(over.iter().sum::<u64>(), 2 * k, shape),
+            };
+            (cost, over.len())
         }
         Phase::Splits => (0, 0),
     };
@@ -308,7 +368,7 @@ pub fn rest_bound(root: &Arc<SNode>, cursor: &Cursor, g: u64, shape: Shape) -> u
         }
     }
     if root.is_leaf() && leaf_oversized(root, shape.sigma) {
-        up += 2 * root.live_units();
+        up += merge_cost(root.live_units(), 2, shape);
     }
     // Whether the node below on the path may split (and so give its parent a child).
     let mut below_splits = false;
@@ -326,7 +386,7 @@ pub fn rest_bound(root: &Arc<SNode>, cursor: &Cursor, g: u64, shape: Shape) -> u
                 // It will have moved at least its target, or everything.
                 live -= live.min(target.saturating_sub(*moved));
             }
-            up += 2 * live;
+            up += merge_cost(live, 2, shape);
         }
     }
     here + up
