@@ -559,6 +559,16 @@ fn quotient_filter_runs_read_like_bloom_runs() {
     }
 }
 
+/// Every page of `run`, in its extents' order, read from the device.
+fn pages_of(pf: &PageFile, run: &Run) -> Vec<Vec<u8>> {
+    run.meta()
+        .extents
+        .iter()
+        .flat_map(|e| e.start..e.end())
+        .map(|p| pf.read_uncached(p, Purpose::Merge).unwrap().to_vec())
+        .collect()
+}
+
 #[test]
 fn finish_in_steps_writes_the_same_run() {
     let mut rng = SmallRng::seed_from_u64(seed());
@@ -580,13 +590,7 @@ fn finish_in_steps_writes_the_same_run() {
                 }
             }
             let run = Run::from_builder(b).unwrap();
-            let pages: Vec<Vec<u8>> = run
-                .meta()
-                .extents
-                .iter()
-                .flat_map(|e| e.start..e.end())
-                .map(|p| pf.read_uncached(p, Purpose::Merge).unwrap().to_vec())
-                .collect();
+            let pages = pages_of(&pf, &run);
             (run.meta().clone(), pages, calls, run)
         };
         let (meta_a, pages_a, _, _) = build(false);
@@ -645,13 +649,7 @@ fn finish_steps_write_about_their_budget_of_pages() {
             assert!(b.is_complete());
         }
         let run = Run::from_builder(b).unwrap();
-        let pages: Vec<Vec<u8>> = run
-            .meta()
-            .extents
-            .iter()
-            .flat_map(|e| e.start..e.end())
-            .map(|p| pf.read_uncached(p, Purpose::Merge).unwrap().to_vec())
-            .collect();
+        let pages = pages_of(&pf, &run);
         (run.meta().clone(), pages, worst, run)
     };
     let (meta_a, pages_a, _, _) = build(false);
