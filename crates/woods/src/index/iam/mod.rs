@@ -1166,6 +1166,8 @@ impl Index for Iam {
                 .written
                 .get(d.min(MAX_LEVELS - 1))
                 .map_or(0, |w| w.load(Ordering::Relaxed));
+            // Also a counter, so that the bench's JSON has per-level write amplification.
+            s.counters.insert(format!("written_l{}", d + 1), written);
             let role = if d + 1 == n { ", leaf" } else { "" };
             s.shape.push(format!(
                 "L{}: {} nodes ({empty} empty, threshold {}), sequences per node {avg:.1} (max {max}), {bytes} bytes, class {}{role}, written {written} bytes since open",

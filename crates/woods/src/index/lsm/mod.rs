@@ -539,6 +539,8 @@ impl Index for Lsm {
                 format!("max {:.0} bytes", self.policy.max_bytes(i))
             };
             let written = c.written.get(i).map_or(0, |w| w.load(Ordering::Relaxed));
+            // Also a counter, so that the bench's JSON has per-level write amplification.
+            s.counters.insert(format!("written_l{i}"), written);
             s.shape.push(format!(
                 "L{i}: {} tables, {bytes} bytes ({limit}), written {written} bytes since open",
                 l.len()
