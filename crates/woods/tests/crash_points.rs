@@ -85,8 +85,17 @@ struct Run {
     crashed: bool,
 }
 
+/// Held while a child is spawned, and while `verify` opens and repairs a directory. The
+/// directory lock is an `flock` on a close-on-exec descriptor: a child forked by another test's
+/// thread holds a copy of the descriptor, and so the lock, from its fork to its exec, and an
+/// open in that window after a close or a repair here found the directory `Locked` (CI, once:
+/// "open after repair: Locked", btree). `Command::spawn` returns after the exec, so no open
+/// under this lock meets such a copy.
+static SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run_child(dir: &std::path::Path, kind_name: &str, at: &str) -> Run {
     let exe = std::env::current_exe().expect("test binary");
+    let spawning = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     let mut child = Command::new(exe)
         .args([
             "--exact",
@@ -101,6 +110,7 @@ fn run_child(dir: &std::path::Path, kind_name: &str, at: &str) -> Run {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn child");
+    drop(spawning);
     let stdout = child.stdout.take().expect("child stdout");
     let mut last_ack = None;
     let mut done = false;
@@ -131,6 +141,7 @@ fn verify(dir: &std::path::Path, kind_name: &str, at: &str, run: &Run) {
         index: None,
         ..small_options(&kind(kind_name))
     };
+    let opening = SPAWN.lock().unwrap_or_else(|p| p.into_inner());
     let db = match Db::open(dir, opts()) {
         Ok(db) => db,
         Err(Error::Corruption { detail, .. }) if run.last_ack.is_none() => {
@@ -140,6 +151,7 @@ fn verify(dir: &std::path::Path, kind_name: &str, at: &str, run: &Run) {
         }
         Err(e) => panic!("{kind_name} at {at}: reopen failed: {e}"),
     };
+    drop(opening);
     let mut k = 0;
     while db.get(key(k)).expect("get").is_some() {
         k += 1;
