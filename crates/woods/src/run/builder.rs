@@ -44,6 +44,13 @@ enum Origin {
     Back,
 }
 
+/// Lets `fill(i, body)` write the body of each page `i` of `pages` (whole pages).
+fn fill_pages(pages: &mut [u8], mut fill: impl FnMut(usize, &mut [u8])) {
+    for (i, page) in pages.chunks_exact_mut(PAGE_SIZE).enumerate() {
+        fill(i, page);
+    }
+}
+
 /// Hands out page numbers and writes pages, a chunk at a time and behind the caller (the page
 /// file's I/O threads write a chunk while the next is filled); remembers every extent it
 /// allocated so that they can be listed in the run's metadata or released.
@@ -122,12 +129,12 @@ impl Sink {
             Origin::Back => (c.extent.pages - c.used - n) as usize,
             _ => c.used as usize,
         };
-        for i in 0..n as usize {
-            let page = &mut c.buf[(first + i) * PAGE_SIZE..(first + i + 1) * PAGE_SIZE];
+        let pages = &mut c.buf[first * PAGE_SIZE..(first + n as usize) * PAGE_SIZE];
+        fill_pages(pages, |i, page| {
             // A reused buffer holds the previous chunk's bytes.
             page.fill(0);
             fill(i, page);
-        }
+        });
         c.used += n;
         self.placed += n;
         Ok(c.extent.start + first as u64)
@@ -151,16 +158,9 @@ impl Sink {
 
     /// Writes `n` pages at `start` (inside an extent from [`Sink::reserve`]) from a buffer of
     /// their own, `fill(i, body)` writing the body of page `i` as in [`Sink::put`].
-    fn write_at(
-        &mut self,
-        start: u64,
-        n: u64,
-        mut fill: impl FnMut(usize, &mut [u8]),
-    ) -> Result<()> {
+    fn write_at(&mut self, start: u64, n: u64, fill: impl FnMut(usize, &mut [u8])) -> Result<()> {
         let mut buf = AlignedBuf::zeroed(n as usize * PAGE_SIZE);
-        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
-            fill(i, page);
-        }
+        fill_pages(&mut buf, fill);
         let len = buf.len();
         self.placed += n;
         self.hand_off(start, buf, len)
@@ -181,7 +181,7 @@ impl Sink {
         &mut self,
         start: u64,
         n: u64,
-        mut fill: impl FnMut(usize, &mut [u8]),
+        fill: impl FnMut(usize, &mut [u8]),
     ) -> Result<()> {
         let c = self
             .chunk
@@ -191,12 +191,10 @@ impl Sink {
                 Error::InvalidOption(format!("run pages {start}+{n} are not in the open chunk"))
             })?;
         let first = (start - c.extent.start) as usize;
-        for i in 0..n as usize {
-            fill(
-                i,
-                &mut c.buf[(first + i) * PAGE_SIZE..(first + i + 1) * PAGE_SIZE],
-            );
-        }
+        fill_pages(
+            &mut c.buf[first * PAGE_SIZE..(first + n as usize) * PAGE_SIZE],
+            fill,
+        );
         self.placed += n;
         Ok(())
     }

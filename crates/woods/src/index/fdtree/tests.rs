@@ -43,6 +43,19 @@ fn key(i: u64) -> Vec<u8> {
     format!("k{i:08}").into_bytes()
 }
 
+/// Batch `c` of 300 puts whose keys scatter over the key space (records `300c..300c + 300`,
+/// multiplied by a prime modulo another).
+fn scattered_batch(c: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    (0..300)
+        .map(|i| {
+            (
+                key((c * 300 + i).wrapping_mul(104_729) % 1_000_003),
+                Some(vec![4u8; 8]),
+            )
+        })
+        .collect()
+}
+
 impl Harness {
     fn new(p: FdTreeParams) -> Harness {
         let fs = FaultFs::new();
@@ -498,15 +511,7 @@ fn deamortized_work_is_bounded_per_call() {
         let mut h = Harness::new(params(3, deamortized));
         let mut model = Model::new();
         for c in 0..250u64 {
-            let ops: Vec<_> = (0..300)
-                .map(|i| {
-                    (
-                        key((c * 300 + i).wrapping_mul(104_729) % 1_000_003),
-                        Some(vec![4u8; 8]),
-                    )
-                })
-                .collect();
-            h.absorb(&ops, &mut model, budget);
+            h.absorb(&scattered_batch(c), &mut model, budget);
         }
         h.verify(&model, &[]);
         h
@@ -571,14 +576,7 @@ fn opening_a_cascade_reads_one_level_a_call() {
     // cascades that opened three levels or more.
     let (mut start_most, mut merge_most, mut deep) = (0u64, 0u64, 0u64);
     for c in 0..250u64 {
-        let ops: Vec<_> = (0..300)
-            .map(|i| {
-                (
-                    key((c * 300 + i).wrapping_mul(104_729) % 1_000_003),
-                    Some(vec![4u8; 8]),
-                )
-            })
-            .collect();
+        let ops = scattered_batch(c);
         // The index path of the deepest run: the pages above its data pages.
         let path = h
             .tree
