@@ -69,7 +69,7 @@ fn database_threads() -> Vec<String> {
 }
 
 /// Writes enough that the index builds runs or nodes on its I/O threads, and reads them back.
-fn exercise(db: &Db) {
+fn exercise(db: &Db, name: &str) {
     let value = vec![7u8; 300];
     for i in 0..1500u32 {
         db.put(format!("key{i:06}"), &value).expect("put");
@@ -79,7 +79,8 @@ fn exercise(db: &Db) {
     for i in (0..1500u32).step_by(7) {
         assert_eq!(
             db.get(format!("key{i:06}")).expect("get"),
-            Some(value.clone())
+            Some(value.clone()),
+            "{name}: key{i:06}"
         );
     }
 }
@@ -102,7 +103,7 @@ fn a_closed_or_dropped_db_leaves_no_thread_behind() {
                 ..common::small_options(&kind)
             };
             let db = Db::open(std::path::Path::new("/db"), opts).expect("open");
-            exercise(&db);
+            exercise(&db, name);
             let running = database_threads();
             if running.iter().any(|t| t == "woods-io") {
                 io_seen += 1;

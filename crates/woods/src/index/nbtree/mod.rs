@@ -1887,12 +1887,6 @@ impl Index for NbTree {
         self.durable.load(Ordering::Acquire)
     }
 
-    /// The published version's: a job drops Z (`Job::mem`) when its drain is published, and a
-    /// park drops its memtable when its run is, so a published memtable holds no memory here.
-    fn published_seq(&self) -> u64 {
-        self.version().seq.max(self.durable_seq())
-    }
-
     fn background_work(&self) -> bool {
         self.debt() > 0
             || self.dirty()
