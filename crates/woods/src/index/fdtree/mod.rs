@@ -276,14 +276,17 @@ impl Tree {
 
     /// The debt: the cascade's units left (its commit is no debt: the committer thread makes
     /// a published cascade durable while the next head tree fills).
+    ///
+    /// Stored under the lock absorb queues under, so that a thread that finished a job cannot
+    /// publish its 0 over the debt of a memtable queued meanwhile (the Db would then absorb
+    /// another over it).
     fn refresh_debt(&self, job: &Option<Job>) {
-        let d = match job {
-            Some(j) => j.debt(),
-            None => match &*self.queued.lock() {
-                // Not started yet: the work its plan estimates.
-                Some(m) => Job::estimate(m, &self.version(), self.k, self.l0).max(1),
-                None => 0,
-            },
+        let queued = self.queued.lock();
+        let d = match (job, &*queued) {
+            (Some(j), _) => j.debt(),
+            // Not started yet: the work its plan estimates.
+            (None, Some(m)) => Job::estimate(m, &self.version(), self.k, self.l0).max(1),
+            (None, None) => 0,
         };
         self.debt.store(d, Ordering::Release);
     }
@@ -552,7 +555,18 @@ impl Index for FdTree {
         if mem.is_empty() {
             return Ok(());
         }
-        *self.queued.lock() = Some(mem);
+        {
+            let mut queued = self.queued.lock();
+            // The Db absorbs only at a debt of 0, which a queued memtable never leaves.
+            if queued.is_some() {
+                return Err(Error::corruption(
+                    "fdtree absorb",
+                    None,
+                    "a memtable handed over while the last one still waits to be merged",
+                ));
+            }
+            *queued = Some(mem);
+        }
         self.refresh_debt(&None);
         Ok(())
     }

@@ -560,18 +560,24 @@ impl Tree {
     /// Publishes the index's debt after the job in flight reports `job` left (0: none): with
     /// c = 1 that is the debt; with c > 1 the park's bound and whatever the job has left above
     /// what the drain may still have left when the active memtable fills.
+    ///
+    /// A memtable absorbed and not yet taken up (by a job or a park) counts in full, whatever
+    /// the caller saw: a thread that finished a job publishes its 0 after a concurrent absorb
+    /// may have handed over the next memtable, and a debt of 0 then would let the Db absorb
+    /// another over it (the waiting one lost, and a later commit's sequence number past it).
     fn set_job_debt(&self, job: u64) {
         self.job_left.store(job, Ordering::Release);
+        // Under the locks absorb publishes under, so that neither store hides the other.
+        let pp = self.park_pending.lock();
+        let waiting = self.pending.lock().as_ref().map_or(0, |p| p.1);
         if self.sigma_memtables() == 1 {
-            self.debt.store(job, Ordering::Release);
+            self.debt.store(job + waiting, Ordering::Release);
             return;
         }
-        // Under the lock absorb publishes under, so that neither store hides the other.
-        let pp = self.park_pending.lock();
         let pending = pp.as_ref().map_or(0, |p| p.1);
         let park = pending + self.park_left.load(Ordering::Acquire);
         let owed = job.saturating_sub(self.allow.load(Ordering::Acquire));
-        self.debt.store(park + owed, Ordering::Release);
+        self.debt.store(park + waiting + owed, Ordering::Release);
     }
 
     /// `work`, or with `wait` false `None` when another thread holds the job, or every part of
@@ -1838,6 +1844,17 @@ impl Index for NbTree {
         if mem.is_empty() {
             return Ok(());
         }
+        // The Db absorbs only at a debt of 0, which a waiting memtable never leaves
+        // (`set_job_debt`): one still waiting here would be lost under the new one.
+        let pp = self.park_pending.lock();
+        let mut pending = self.pending.lock();
+        if pp.is_some() || pending.is_some() {
+            return Err(Error::corruption(
+                "nbtree absorb",
+                None,
+                "a memtable handed over while the last one still waits to be taken up",
+            ));
+        }
         let v = self.version();
         if self.sigma_memtables() > 1 && !v.root.is_leaf() {
             // Z becomes a root run: one sequential write of it, read from memory. The drain in
@@ -1847,7 +1864,7 @@ impl Index for NbTree {
             let runs = v.root.runs.len() as u64;
             let filling = runs.saturating_sub(self.draining.load(Ordering::Acquire));
             let k = self.sigma_memtables().saturating_sub(filling).max(1);
-            let mut pp = self.park_pending.lock();
+            let mut pp = pp;
             *pp = Some((mem, bound, k));
             let owed = self.job_left.load(Ordering::Acquire).div_ceil(k);
             self.debt.store(bound + owed, Ordering::Release);
@@ -1860,7 +1877,7 @@ impl Index for NbTree {
             self.shape,
         )
         .max(1);
-        *self.pending.lock() = Some((mem, bound));
+        *pending = Some((mem, bound));
         self.debt.store(bound, Ordering::Release);
         Ok(())
     }
@@ -1885,6 +1902,12 @@ impl Index for NbTree {
 
     fn durable_seq(&self) -> u64 {
         self.durable.load(Ordering::Acquire)
+    }
+
+    /// The published version's: a job drops Z (`Job::mem`) when its drain is published, and a
+    /// park drops its memtable when its run is, so a published memtable holds no memory here.
+    fn published_seq(&self) -> u64 {
+        self.version().seq.max(self.durable_seq())
     }
 
     fn background_work(&self) -> bool {
