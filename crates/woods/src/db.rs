@@ -1226,6 +1226,7 @@ impl Inner {
             let m = self.mems.read();
             (m.active.clone(), m.frozen.clone())
         };
+        crate::pause::point("db.get.after_memtables");
         let mut versions: Vec<Entry> = Vec::new();
         let mut done = active.get(key, seq, &mut versions);
         for m in frozen.iter().rev() {
@@ -1685,6 +1686,7 @@ impl Inner {
                 return Ok(done);
             }
             let debt = self.index.debt();
+            crate::pause::point("db.room.after_debt");
             if debt == 0 {
                 self.release_memtables();
                 if idle || self.pending(&self.mems.read()) < MAX_PENDING_MEMTABLES {
@@ -1764,6 +1766,7 @@ impl Inner {
         self.counters
             .memtable_switches
             .fetch_add(1, Ordering::Relaxed);
+        crate::pause::point("db.rotate.before_absorb");
         let r = self.index.absorb(old);
         self.note(r)?;
         // A new pacing schedule: the absorbed memtable's work, over the new memtable's room.
@@ -1791,6 +1794,7 @@ impl Inner {
     /// them durably ([`Inner::remove_logs`]).
     fn release_memtables(&self) {
         let published = self.index.published_seq();
+        crate::pause::point("db.release.after_published");
         let ready = |m: &MemState| {
             m.frozen
                 .iter()
@@ -1829,6 +1833,7 @@ impl Inner {
         // Taken under the lock and removed after it: another caller does not find them.
         let numbers: Vec<u64> = {
             let durable = self.index.durable_seq();
+            crate::pause::point("db.logs.after_durable");
             let mut logs = self.retired_logs.lock();
             let n = logs.iter().take_while(|(seq, _)| *seq <= durable).count();
             logs.drain(..n).map(|(_, number)| number).collect()
@@ -2018,6 +2023,7 @@ impl Inner {
             let m = self.mems.read();
             (m.active.clone(), m.frozen.clone())
         };
+        crate::pause::point("db.iter.after_memtables");
         let mut srcs: Vec<EntryIter> = vec![Box::new(active.iter(lo.clone(), hi.clone(), reverse))];
         for f in frozen.iter().rev() {
             srcs.push(Box::new(f.iter(lo.clone(), hi.clone(), reverse)));

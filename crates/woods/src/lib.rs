@@ -56,6 +56,7 @@ pub mod memtable;
 #[doc(hidden)]
 pub mod merge;
 pub mod options;
+pub mod pause;
 pub mod repair;
 #[doc(hidden)]
 pub mod run;

@@ -65,13 +65,21 @@ pub fn run(a: &ChildArgs, base: Options) -> u8 {
     // Each round draws how background work is done: one thread (the default), two, or none
     // (the writers do it inline).
     let background_threads = [1, 1, 2, 0][Rng::new(a.seed, 0).below(4) as usize];
+    // And, one round in two, whether threads pause now and then between the steps of the
+    // engine's protocols (`woods::pause`), to widen the windows of races between them
+    // (`WOODS_PAUSES` set by the user arms them in every round).
+    if Rng::new(a.seed, 1).below(2) == 0 {
+        woods::pause::arm(a.seed, 8, 300);
+    }
+    let pauses = if woods::pause::armed() { "on" } else { "off" };
     let (code, what, m) = match round(a, base, background_threads) {
         Ok(()) => return 0,
         Err(Failure::Mismatch(m)) => (3, "MISMATCH", m),
         Err(Failure::Error(m)) => (2, "error", m),
     };
     eprintln!(
-        "woods stress: {what}: {m} (in a round with background_threads = {background_threads})"
+        "woods stress: {what}: {m} (in a round with background_threads = {background_threads}, \
+         pauses {pauses})"
     );
     code
 }

@@ -50,7 +50,11 @@ expected one. A round is killed at a random time around --kill-interval after th
 times it); one round in eight (after the first) is killed during its recovery and verification \
 instead, at a time drawn between its start and the time the round before took to get through \
 them. \
-The number of background threads of each round is drawn from 0, 1 and 2. The last round is \
+The number of background threads of each round is drawn from 0, 1 and 2, and one round in two \
+arms woods' pause points (the library's `pause` module; `WOODS_PAUSES=SEED[:ONE_IN[:MAX_US]]` \
+arms them in every round): a thread now and then stops for up to 300 us between two steps of a \
+protocol (a debt read and its store, a publish and its commit, a read's memtables and its \
+index), which widens race windows a few instructions long. The last round is \
 stopped cleanly at the end of --duration, closed, reopened and checked once more.
 
 A progress line is printed every 10 seconds and a summary line at the end: kills, verifications, \

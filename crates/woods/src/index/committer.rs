@@ -94,8 +94,10 @@ impl<'a> Commits<'a> {
         if sync == DataSync::Always || !commit.added.is_empty() {
             self.store.sync()?;
         }
+        crate::pause::point("index.commit.after_sync");
         let seq = commit.durable_seq;
         self.manifest.commit(commit)?;
+        crate::pause::point("index.commit.after_manifest");
         self.durable.store(seq, Ordering::Release);
         self.committer.durable.store(generation, Ordering::Release);
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -139,10 +141,13 @@ impl<V> Versions<V> {
     /// Publishes the version `next` makes of the published one (under the lock: no other
     /// publish comes between), counting its generation in `committer`.
     pub fn publish(&self, committer: &Committer, next: impl FnOnce(&Arc<V>) -> Arc<V>) {
-        let mut cur = self.current.write();
-        let v = next(&cur);
-        committer.publish();
-        *cur = v;
+        {
+            let mut cur = self.current.write();
+            let v = next(&cur);
+            committer.publish();
+            *cur = v;
+        }
+        crate::pause::point("index.publish.after");
     }
 
     /// The published version and its generation in `committer`, read together (what a commit

@@ -309,11 +309,15 @@ pub(crate) fn lock_job<T>(
     job: &parking_lot::Mutex<T>,
     wait: bool,
 ) -> Option<parking_lot::MutexGuard<'_, T>> {
-    if wait {
+    let guard = if wait {
         Some(job.lock())
     } else {
         job.try_lock()
+    };
+    if guard.is_some() {
+        crate::pause::point("index.job.locked");
     }
+    guard
 }
 
 /// Test support: a writer's share ([`Index::work_unless_busy`]) returns `None` while `job`,

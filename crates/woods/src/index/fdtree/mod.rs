@@ -163,6 +163,7 @@ impl FdTree {
                 job.abort();
             }
         }
+        crate::pause::point("fdtree.work.before_debt");
         self.refresh_debt(&slot);
         let (n, kind) = r?;
         c.largest_step.fetch_max(n, Ordering::Relaxed);

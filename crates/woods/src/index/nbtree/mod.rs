@@ -622,6 +622,7 @@ impl Tree {
         let mut done = 0u64;
         let r = self.work_parked_steps(slot, budget, &mut done, wait);
         self.note_call(done, self.written_pages().saturating_sub(pages_before));
+        crate::pause::point("nbtree.work.before_debt");
         self.set_job_debt(slot.as_ref().map_or(0, Job::debt));
         let busy = r?;
         if done > 0 {
@@ -1003,6 +1004,7 @@ impl Tree {
                     Ok(false) => {
                         **slot = None;
                         self.counters.jobs.fetch_add(1, Ordering::Relaxed);
+                        crate::pause::point("nbtree.work.before_debt");
                         self.set_job_debt(0);
                         return Ok(false);
                     }
