@@ -212,7 +212,7 @@ pub type ExtraEngines<'a> = &'a [(&'a str, EngineOpener)];
 
 /// woods engines with other parameters than their kind's defaults, known by name but not run
 /// by default.
-pub const WOODS_VARIANTS: [&str; 8] = [
+pub const WOODS_VARIANTS: [&str; 14] = [
     "woods:pbt-nomerge",
     "woods:btree-buffered:fullest-leaf",
     "woods:btree-buffered:random-ball",
@@ -221,6 +221,12 @@ pub const WOODS_VARIANTS: [&str; 8] = [
     "woods:nbtree-s2",
     "woods:nbtree-s4",
     "woods:nbtree-s8",
+    "woods:iam-m2-k1",
+    "woods:iam-m2-k2",
+    "woods:iam-m2-k3",
+    "woods:iam-m3-k1",
+    "woods:iam-m3-k2",
+    "woods:iam-m3-k3",
 ];
 
 /// Every engine name this build knows, woods index kinds first.

@@ -13,6 +13,13 @@ pub struct WoodsEngine {
     kind: String,
 }
 
+/// `iam-mM-kK` (both at least 1) as (M, K).
+fn fixed_mk(kind: &str) -> Option<(u32, u32)> {
+    let (m, k) = kind.strip_prefix("iam-m")?.split_once("-k")?;
+    let (m, k) = (m.parse::<u32>().ok()?, k.parse::<u32>().ok()?);
+    (m >= 1 && k >= 1).then_some((m, k))
+}
+
 fn err(what: &str, e: woods::Error) -> BenchError {
     BenchError::new(format!("woods {what}: {e}"))
 }
@@ -20,7 +27,7 @@ fn err(what: &str, e: woods::Error) -> BenchError {
 impl WoodsEngine {
     /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`; `pbt-nomerge`:
     /// `pbt` with partition merge off, `PbtParams::max_partitions` 0; `nbtree-sC`: `nbtree`
-    /// with σ = C memtables) in `dir`. The
+    /// with σ = C memtables; `iam-mM-kK`: `iam` with m = M and k = K fixed) in `dir`. The
     /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
     /// cache; the write-ahead log is on with buffered durability, as for every engine, or with
     /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns; with
@@ -42,6 +49,16 @@ impl WoodsEngine {
                 let c = k["nbtree-s".len()..].parse::<u32>().unwrap_or(1);
                 IndexKind::NbTree(woods::NbTreeParams {
                     sigma_memtables: c,
+                    ..Default::default()
+                })
+            }
+            // `iam-mM-kK`: the mixed level and its k fixed (`IamParams::fixed_m`, `fixed_k`), for
+            // the paper's Table 3 (the effect of k with the mixed level held in place).
+            k if fixed_mk(k).is_some() => {
+                let (m, k) = fixed_mk(k).unwrap_or((0, 0));
+                IndexKind::Iam(woods::IamParams {
+                    fixed_m: m,
+                    fixed_k: k,
                     ..Default::default()
                 })
             }
@@ -165,5 +182,19 @@ impl Engine for WoodsEngine {
 
     fn close(self: Box<Self>) -> BenchResult<()> {
         self.db.close().map_err(|e| err("close", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixed_mk;
+
+    #[test]
+    fn iam_variants_name_their_m_and_k() {
+        assert_eq!(fixed_mk("iam-m2-k3"), Some((2, 3)));
+        assert_eq!(fixed_mk("iam-m10-k1"), Some((10, 1)));
+        for bad in ["iam", "iam-m2", "iam-m0-k1", "iam-m2-k0", "iam-m2-kx", "lsa-m2-k1"] {
+            assert_eq!(fixed_mk(bad), None, "{bad}");
+        }
     }
 }

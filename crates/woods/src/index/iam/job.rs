@@ -560,11 +560,25 @@ impl IamTree {
     /// The nodes a finished task's written nodes become.
     fn task_nodes(&self, level: usize, task: Task, bytes: &mut u64) -> Result<Vec<Arc<Node>>> {
         let mut runs = Vec::with_capacity(task.out.done.len());
+        let mut task_bytes = 0;
         for w in &task.out.done {
             let run = w.seq.open()?.clone();
             self.count_written(level, &run);
-            *bytes += run.meta().pages() * PAGE_SIZE as u64;
+            task_bytes += run.meta().pages() * PAGE_SIZE as u64;
             runs.push(run);
+        }
+        *bytes += task_bytes;
+        match &task.then {
+            Then::Append { .. } => {
+                IamTree::count_level(&self.appended, level, task_bytes);
+                self.count_part(level);
+            }
+            Then::Merge { child, .. } => {
+                IamTree::count_level(&self.merged, level, task_bytes);
+                IamTree::count_level(&self.merged_old, level, child.disk_bytes());
+                self.count_part(level);
+            }
+            Then::Fresh { .. } | Then::Half { .. } => {}
         }
         let seen = task.seen.lock();
         let widen = |lo: &[u8], hi: &[u8]| -> (Vec<u8>, Vec<u8>) {

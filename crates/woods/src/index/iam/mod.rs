@@ -168,6 +168,15 @@ pub struct IamTree {
     counters: Counters,
     /// Bytes written into each level since open (index 0: L1).
     written: [AtomicU64; MAX_LEVELS],
+    /// Of those, by the way the level's nodes took them: appended as a node's newest
+    /// sequence, and written by a merge (a node's old sequences rewritten with the part of a
+    /// flush); the bytes of the old sequences those merges read (what a merge rewrites beyond
+    /// its part); and the parts a level took (appends and merges: one per child of a flush),
+    /// by the level's class when it took them (append, mixed, merge: m moves with the data).
+    appended: [AtomicU64; MAX_LEVELS],
+    merged: [AtomicU64; MAX_LEVELS],
+    merged_old: [AtomicU64; MAX_LEVELS],
+    parts: [[AtomicU64; MAX_LEVELS]; 3],
 }
 
 /// The LSA-tree or IAM-tree index: [`IamTree`] and the thread that makes its versions durable.
@@ -254,6 +263,10 @@ impl Iam {
             full_debt: AtomicU64::new(0),
             counters: Counters::default(),
             written: Default::default(),
+            appended: Default::default(),
+            merged: Default::default(),
+            merged_old: Default::default(),
+            parts: Default::default(),
         };
         tree.full_debt
             .store(tree.pending_bytes(&version), Ordering::Relaxed);
@@ -377,6 +390,21 @@ impl IamTree {
         let keys = self.node_bytes.saturating_mul(2) / 16 + 1;
         let filter = (keys * u64::from(self.params.bloom_bits_per_key)).div_ceil(8 * page) + 1;
         (budget.div_ceil(page) + entry_bytes.div_ceil(page)) * 2 + 2 * chunk + filter + 2
+    }
+
+    /// Adds `bytes` to level `d`'s slot of `counter`.
+    fn count_level(counter: &[AtomicU64; MAX_LEVELS], d: usize, bytes: u64) {
+        counter[d.min(MAX_LEVELS - 1)].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Counts a part taken by level `d`, under the level's class now.
+    fn count_part(&self, d: usize) {
+        let class = match self.level_class(d) {
+            Class::Append => 0,
+            Class::Mixed => 1,
+            Class::Merge => 2,
+        };
+        IamTree::count_level(&self.parts[class], d, 1);
     }
 
     fn count_written(&self, d: usize, run: &Run) {
@@ -1168,6 +1196,20 @@ impl Index for Iam {
                 .map_or(0, |w| w.load(Ordering::Relaxed));
             // Also a counter, so that the bench's JSON has per-level write amplification.
             s.counters.insert(format!("written_l{}", d + 1), written);
+            let slot = d.min(MAX_LEVELS - 1);
+            for (name, c) in [
+                ("appended", &self.appended),
+                ("merged", &self.merged),
+                ("merged_old", &self.merged_old),
+                ("parts_append", &self.parts[0]),
+                ("parts_mixed", &self.parts[1]),
+                ("parts_merge", &self.parts[2]),
+            ] {
+                s.counters.insert(
+                    format!("{name}_l{}", d + 1),
+                    c[slot].load(Ordering::Relaxed),
+                );
+            }
             let role = if d + 1 == n { ", leaf" } else { "" };
             s.shape.push(format!(
                 "L{}: {} nodes ({empty} empty, threshold {}), sequences per node {avg:.1} (max {max}), {bytes} bytes, class {}{role}, written {written} bytes since open",
