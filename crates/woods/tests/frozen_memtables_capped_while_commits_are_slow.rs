@@ -13,7 +13,7 @@
 //! (before the cap, this test saw 10 to 25 of them pending at once).
 //!
 //! Where the kind keeps nothing of a memtable once the version holding its writes is published
-//! (every kind here but `stbe` and `pbt`), the Db drops the memtable at that publication
+//! (every kind here but `pbt`), the Db drops the memtable at that publication
 //! (`Index::published_seq`), and no rotation waits for a commit at all: checked too.
 //!
 //! The disk is made slow by a file system that wraps the real one and waits `SLOW_SYNC` before
@@ -128,7 +128,7 @@ fn check(name: &str) {
              WOODS_SEED={seed}",
             stats.pending_memtables_max
         );
-        if name != "stbe" && name != "pbt" {
+        if name != "pbt" {
             // The kind keeps nothing of a memtable once its writes are published, so the Db
             // drops the memtable then (`Index::published_seq`) and only its log file waits for
             // the commit: no rotation waits for a commit, however slow. Before, a writer did

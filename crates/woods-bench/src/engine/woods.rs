@@ -193,7 +193,14 @@ mod tests {
     fn iam_variants_name_their_m_and_k() {
         assert_eq!(fixed_mk("iam-m2-k3"), Some((2, 3)));
         assert_eq!(fixed_mk("iam-m10-k1"), Some((10, 1)));
-        for bad in ["iam", "iam-m2", "iam-m0-k1", "iam-m2-k0", "iam-m2-kx", "lsa-m2-k1"] {
+        for bad in [
+            "iam",
+            "iam-m2",
+            "iam-m0-k1",
+            "iam-m2-k0",
+            "iam-m2-kx",
+            "lsa-m2-k1",
+        ] {
             assert_eq!(fixed_mk(bad), None, "{bad}");
         }
     }

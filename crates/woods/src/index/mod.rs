@@ -216,8 +216,8 @@ pub trait Index: Send + Sync {
     /// memtable's log file until they are durable: a commit slower than a memtable's filling
     /// then holds no writer at the memtable cap ([`crate::db::MAX_PENDING_MEMTABLES`]). Only a
     /// kind that keeps nothing of an absorbed memtable in memory once it is published may say
-    /// more than `durable_seq`, the default (`stbe`'s trunk keeps its memtables until their
-    /// commit, and the kinds that commit inline publish and commit at once).
+    /// more than `durable_seq`, the default (the kinds that commit inline publish and commit
+    /// at once).
     fn published_seq(&self) -> u64 {
         self.durable_seq()
     }

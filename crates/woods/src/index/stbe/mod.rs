@@ -230,8 +230,10 @@ pub struct Shared {
     root_blocked: AtomicBool,
     /// Compaction units owed before the next memtable may be absorbed (set at each absorb).
     obligation: AtomicU64,
-    /// Memtables in the trunk whose commit is not yet durable, oldest first.
-    awaiting: Mutex<VecDeque<Arc<Memtable>>>,
+    /// The last sequence numbers of the memtables in the trunk whose commit is not yet
+    /// durable, oldest first (only the numbers: a memtable's memory goes with its
+    /// publication, [`Index::published_seq`]).
+    awaiting: Mutex<VecDeque<u64>>,
     committer: Committer,
     counters: Counters,
     /// Tests: every branch written, with what wrote it and its size sample (to tell which
@@ -686,7 +688,7 @@ impl Shared {
         // Still holding the build slot: a thread that takes it next must not find this
         // memtable at the front of the queue and build it again.
         let mem = inc.mem.clone();
-        self.awaiting.lock().push_back(mem.clone());
+        self.awaiting.lock().push_back(mem.max_seq());
         {
             let mut q = self.queue.lock();
             if q.front().is_some_and(|m| Arc::ptr_eq(m, &mem)) {
@@ -1206,7 +1208,7 @@ impl Durable for Shared {
     fn after_commit(&self) {
         let durable = self.durable.load(Ordering::Acquire);
         let mut a = self.awaiting.lock();
-        while a.front().is_some_and(|m| m.max_seq() <= durable) {
+        while a.front().is_some_and(|&seq| seq <= durable) {
             a.pop_front();
         }
     }
@@ -1265,6 +1267,12 @@ impl Index for Stbe {
 
     fn durable_seq(&self) -> u64 {
         self.durable.load(Ordering::Acquire)
+    }
+
+    /// The published version's: an incorporation publishes the memtable's branches in the
+    /// trunk, and only the memtable's last sequence number waits for the commit (`awaiting`).
+    fn published_seq(&self) -> u64 {
+        self.version().incorporated.max(self.durable_seq())
     }
 
     fn get(&self, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
