@@ -39,6 +39,9 @@ pub struct ChildArgs {
     pub seed: u64,
     #[arg(long)]
     pub memtable_bytes: u64,
+    /// Arm the pause points in one round of two.
+    #[arg(long)]
+    pub pauses: bool,
 }
 
 /// Why a round failed.
@@ -68,7 +71,7 @@ pub fn run(a: &ChildArgs, base: Options) -> u8 {
     // And, one round in two, whether threads pause now and then between the steps of the
     // engine's protocols (`woods::pause`), to widen the windows of races between them
     // (`WOODS_PAUSES` set by the user arms them in every round).
-    if Rng::new(a.seed, 1).below(2) == 0 {
+    if a.pauses && Rng::new(a.seed, 1).below(2) == 0 {
         woods::pause::arm(a.seed, 8, 300);
     }
     let pauses = if woods::pause::armed() { "on" } else { "off" };

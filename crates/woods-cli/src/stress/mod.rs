@@ -50,8 +50,8 @@ expected one. A round is killed at a random time around --kill-interval after th
 times it); one round in eight (after the first) is killed during its recovery and verification \
 instead, at a time drawn between its start and the time the round before took to get through \
 them. \
-The number of background threads of each round is drawn from 0, 1 and 2, and one round in two \
-arms woods' pause points (the library's `pause` module; `WOODS_PAUSES=SEED[:ONE_IN[:MAX_US]]` \
+The number of background threads of each round is drawn from 0, 1 and 2, and with --pauses one \
+round in two arms woods' pause points (the library's `pause` module; `WOODS_PAUSES=SEED[:ONE_IN[:MAX_US]]` \
 arms them in every round): a thread now and then stops for up to 300 us between two steps of a \
 protocol (a debt read and its store, a publish and its commit, a read's memtables and its \
 index), which widens race windows a few instructions long. The last round is \
@@ -95,6 +95,9 @@ pub struct StressArgs {
     /// Seed of every random choice [default: drawn from the clock, printed].
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,
+    /// Arm woods' pause points in one round of two (see above).
+    #[arg(long)]
+    pub pauses: bool,
     /// Memtable size in bytes (at least 64K): small, so that index work is under way at every
     /// kill.
     #[arg(long, value_name = "B", default_value = "128K", value_parser = parse_size)]
@@ -347,6 +350,7 @@ impl Run<'_> {
             .args(["--keys", &a.keys.to_string()])
             .args(["--seed", &splitmix64(self.seed ^ round).to_string()])
             .args(["--memtable-bytes", &a.memtable_bytes.to_string()])
+            .args(a.pauses.then_some("--pauses"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
