@@ -13,6 +13,38 @@ pub struct WoodsEngine {
     kind: String,
 }
 
+/// A woods variant's index kind ([`crate::engine::WOODS_VARIANTS`] but the `btree-buffered`
+/// policies, which `IndexKind::from_name` knows); `None` for any other name.
+fn variant(kind: &str) -> Option<IndexKind> {
+    // The paper's build: no partition merge (issue 21's reproduction runs it beside the
+    // default).
+    if kind == "pbt-nomerge" {
+        return Some(IndexKind::Pbt(woods::PbtParams {
+            max_partitions: 0,
+            ..Default::default()
+        }));
+    }
+    // `nbtree-sC`: σ = C memtables (`NbTreeParams::sigma_memtables`), for comparing C in one
+    // run.
+    if let Some(c) = kind
+        .strip_prefix("nbtree-s")
+        .and_then(|c| c.parse::<u32>().ok())
+    {
+        return Some(IndexKind::NbTree(woods::NbTreeParams {
+            sigma_memtables: c,
+            ..Default::default()
+        }));
+    }
+    // `iam-mM-kK`: the mixed level and its k fixed (`IamParams::fixed_m`, `fixed_k`), for the
+    // paper's Table 3 (the effect of k with the mixed level held in place).
+    let (m, k) = fixed_mk(kind)?;
+    Some(IndexKind::Iam(woods::IamParams {
+        fixed_m: m,
+        fixed_k: k,
+        ..Default::default()
+    }))
+}
+
 /// `iam-mM-kK` (both at least 1) as (M, K).
 fn fixed_mk(kind: &str) -> Option<(u32, u32)> {
     let (m, k) = kind.strip_prefix("iam-m")?.split_once("-k")?;
@@ -33,36 +65,9 @@ impl WoodsEngine {
     /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns; with
     /// `cfg.no_wal` there is no log (`Options::wal = false`).
     pub fn open(kind: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
-        let mut index = match kind {
-            // The paper's build: no partition merge (issue 21's reproduction runs it beside the
-            // default).
-            "pbt-nomerge" => IndexKind::Pbt(woods::PbtParams {
-                max_partitions: 0,
-                ..Default::default()
-            }),
-            // `nbtree-sC`: σ = C memtables (`NbTreeParams::sigma_memtables`), for comparing C
-            // in one run.
-            k if k
-                .strip_prefix("nbtree-s")
-                .is_some_and(|c| c.parse::<u32>().is_ok()) =>
-            {
-                let c = k["nbtree-s".len()..].parse::<u32>().unwrap_or(1);
-                IndexKind::NbTree(woods::NbTreeParams {
-                    sigma_memtables: c,
-                    ..Default::default()
-                })
-            }
-            // `iam-mM-kK`: the mixed level and its k fixed (`IamParams::fixed_m`, `fixed_k`), for
-            // the paper's Table 3 (the effect of k with the mixed level held in place).
-            k if fixed_mk(k).is_some() => {
-                let (m, k) = fixed_mk(k).unwrap_or((0, 0));
-                IndexKind::Iam(woods::IamParams {
-                    fixed_m: m,
-                    fixed_k: k,
-                    ..Default::default()
-                })
-            }
-            _ => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
+        let mut index = match variant(kind) {
+            Some(index) => index,
+            None => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
         };
         if let (IndexKind::FdTree(p), Some(n)) = (&mut index, cfg.expected_entries) {
             // The cost model plans k for the run's size, not woods' default 10^8 entries.

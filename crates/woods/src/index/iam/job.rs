@@ -563,11 +563,11 @@ impl IamTree {
         let mut task_bytes = 0;
         for w in &task.out.done {
             let run = w.seq.open()?.clone();
-            self.count_written(level, &run);
             task_bytes += run.meta().pages() * PAGE_SIZE as u64;
             runs.push(run);
         }
         *bytes += task_bytes;
+        IamTree::count_level(&self.written, level, task_bytes);
         match &task.then {
             Then::Append { .. } => {
                 IamTree::count_level(&self.appended, level, task_bytes);

@@ -407,13 +407,6 @@ impl IamTree {
         IamTree::count_level(&self.parts[class], d, 1);
     }
 
-    fn count_written(&self, d: usize, run: &Run) {
-        let bytes = run.meta().pages() * PAGE_SIZE as u64;
-        if let Some(w) = self.written.get(d.min(MAX_LEVELS - 1)) {
-            w.fetch_add(bytes, Ordering::Relaxed);
-        }
-    }
-
     // ---- choosing the next step ----
 
     /// The next step (§3.2 with P9): grow, combines top-down, the memtable flush once its L1
@@ -1190,13 +1183,10 @@ impl Index for Iam {
                 total as f64 / level.len() as f64
             };
             let bytes: u64 = level.iter().map(|n| n.disk_bytes()).sum();
-            let written = self
-                .written
-                .get(d.min(MAX_LEVELS - 1))
-                .map_or(0, |w| w.load(Ordering::Relaxed));
+            let slot = d.min(MAX_LEVELS - 1);
+            let written = self.written[slot].load(Ordering::Relaxed);
             // Also a counter, so that the bench's JSON has per-level write amplification.
             s.counters.insert(format!("written_l{}", d + 1), written);
-            let slot = d.min(MAX_LEVELS - 1);
             for (name, c) in [
                 ("appended", &self.appended),
                 ("merged", &self.merged),
