@@ -1981,19 +1981,45 @@ const CROSS_CHECK_MIN_BYTES: u64 = 1 << 20;
 /// between woods' count without the log and its count with it; more than 5% outside that range
 /// means one of them is wrong, and then no write amplification can be trusted.
 ///
-/// A sync can push the top up: /proc counts a whole page each time a clean page is dirtied,
-/// and after a sync the log's last page is clean, so the next append to it counts the page again
-/// (with `--sync`, a page per write for a few bytes of log). The top of the range is therefore
-/// woods' count plus a page per sync it made.
+/// A clean page dirtied again pushes the top up: /proc counts a whole page each time a clean
+/// page is dirtied. After a sync the log's last page is clean, so the next append to it counts
+/// the page again (with `--sync`, a page per write for a few bytes of log): a page per sync woods
+/// made. Writeback that woods does not ask for cleans the log's pages too: the kernel's flusher,
+/// started by other processes' dirty data (CI runs test processes side by side), then counts the
+/// log's last page again at each append after it. That is allowed for by counting the log once
+/// more (a CI run of 3,000 records found /proc 15.8% over woods' count with the log: 152 KiB
+/// more, for 431 KiB of log). Data pages are written with direct I/O and counted exactly, so
+/// the check still fails a run whose data bytes are miscounted by more than the log's share.
 fn cross_check(engine: &str, p: &PhaseResult) -> BenchResult<()> {
-    let (Some(proc_w), Some(own)) = (p.proc_written, p.own.written) else {
+    let Some(proc_w) = p.proc_written else {
         return Ok(());
     };
-    if proc_w == 0 || proc_w.max(own) < CROSS_CHECK_MIN_BYTES {
-        return Ok(()); // no device accounting (tmpfs), or too little to compare
+    match proc_outside(proc_w, &p.own, page_bytes()) {
+        Some((least, most, off)) if off > 0.05 => Err(BenchError::new(format!(
+            "{engine} {}: its own counters say {least} to {most} bytes written (without the \
+             log; with it twice and a page per sync), /proc/self/io says {proc_w} ({:.1}% outside, \
+             more than 5%): write amplification cannot be trusted",
+            p.workload.name(),
+            off * 100.0
+        ))),
+        _ => Ok(()),
     }
-    let least = own.saturating_sub(p.own.wal_written.unwrap_or(0));
-    let most = own.saturating_add(p.own.syncs.unwrap_or(0).saturating_mul(page_bytes()));
+}
+
+/// The range woods' own counters allow /proc's count in (see [`cross_check`]) and how far, as
+/// a fraction of the nearer end, `proc_w` lies outside it; `None` when there is nothing to
+/// compare (no own count, no device accounting as on tmpfs, or under
+/// [`CROSS_CHECK_MIN_BYTES`]).
+fn proc_outside(proc_w: u64, own: &OwnCounters, page: u64) -> Option<(u64, u64, f64)> {
+    let written = own.written?;
+    if proc_w == 0 || proc_w.max(written) < CROSS_CHECK_MIN_BYTES {
+        return None;
+    }
+    let wal = own.wal_written.unwrap_or(0);
+    let least = written.saturating_sub(wal);
+    let most = written
+        .saturating_add(wal)
+        .saturating_add(own.syncs.unwrap_or(0).saturating_mul(page));
     let off = if proc_w < least {
         (least - proc_w) as f64 / least as f64
     } else if proc_w > most {
@@ -2001,16 +2027,7 @@ fn cross_check(engine: &str, p: &PhaseResult) -> BenchResult<()> {
     } else {
         0.0
     };
-    if off > 0.05 {
-        return Err(BenchError::new(format!(
-            "{engine} {}: its own counters say {least} to {most} bytes written (without the \
-             log; with it and a page per sync), /proc/self/io says {proc_w} ({:.1}% outside, \
-             more than 5%): write amplification cannot be trusted",
-            p.workload.name(),
-            off * 100.0
-        )));
-    }
-    Ok(())
+    Some((least, most, off))
 }
 
 /// The size of a memory page: the unit in which /proc counts buffered writes.
@@ -2027,6 +2044,39 @@ fn page_bytes() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CI run that failed the old check (2026-11-28, 3,000 records of `woods:lsm`): /proc
+    /// 1,118,208 bytes against woods' 875,940 with 441,080 of log and 22 syncs, the log's last
+    /// page counted again after writeback woods did not ask for. It passes now; a run whose data
+    /// bytes are miscounted still fails, both ways.
+    #[test]
+    fn proc_may_count_the_log_twice_but_no_more() {
+        let own = OwnCounters {
+            written: Some(875_940),
+            wal_written: Some(441_080),
+            syncs: Some(22),
+            ..OwnCounters::default()
+        };
+        let off = |proc_w| proc_outside(proc_w, &own, 4096).map(|(_, _, off)| off);
+        assert_eq!(off(1_118_208), Some(0.0));
+        assert!(off(1_500_000).unwrap() > 0.05, "{:?}", off(1_500_000));
+        let big = OwnCounters {
+            written: Some(8_759_400),
+            wal_written: Some(4_410_800),
+            ..OwnCounters::default()
+        };
+        let big_off = |proc_w| proc_outside(proc_w, &big, 4096).map(|(_, _, off)| off);
+        assert_eq!(big_off(4_348_600), Some(0.0)); // the log never reached the device
+        assert!(
+            big_off(3_000_000).unwrap() > 0.05,
+            "{:?}",
+            big_off(3_000_000)
+        );
+        assert_eq!(off(500_000), None); // under 1 MiB on both sides: nothing to compare
+        assert_eq!(off(0), None); // tmpfs
+        let unknown = OwnCounters::default();
+        assert_eq!(proc_outside(2 << 20, &unknown, 4096), None);
+    }
 
     #[test]
     fn names_round_trip() {
