@@ -123,6 +123,13 @@ fn assert_tampering_detected(test: &str, tamper: impl FnOnce(&Path), says: &str)
         err.contains(&format!("seed {s}")),
         "the seed is printed: {err}"
     );
+    // The state the failing round found is kept, and resuming it fails the same way.
+    let before = d.path().join("before-round");
+    assert!(err.contains(&before.display().to_string()), "{err}");
+    let o = stress("lsm", 1, s, Some(&before));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "the kept state passed: {err}");
+    assert!(err.contains("MISMATCH") && err.contains(says), "{err}");
 }
 
 #[test]

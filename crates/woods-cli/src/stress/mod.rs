@@ -64,7 +64,9 @@ a hang prints each thread's state and wait channel) or a child that dies of itse
 directory, and exits 1 (a mismatch) or 2 (anything else).
 
 The directory (--dir, or a new one under the temporary directory, removed after a run that \
-passes) holds db/ and expected. A run on an existing --dir resumes it: its first round checks \
+passes) holds db/ and expected, and before-round/: a copy of both made before each round opens \
+the database, so that a failing round's recovery can be replayed from what it found (--dir \
+DIR/before-round). A run on an existing --dir resumes it: its first round checks \
 what the last run left. expected's layout (little-endian): a 64-byte header (`WSTRESS1`, keys \
 u32, threads u32), then per key its committed and its pending state (u32 each: the version, with \
 bit 31 set when the last write deleted the key, 0 when never written), then per writer thread \
@@ -293,13 +295,16 @@ pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
             };
             eprintln!(
                 "woods stress: FAILED: {} in round {} after {secs:.1} s and {} kills: {why}\n\
-                 seed {seed}; the database and expected state are kept in {} (replay: woods \
+                 seed {seed}; the database and expected state are kept in {}, and as that \
+                 round found them, before its recovery, in {} (resume that copy with --dir to \
+                 replay the round's recovery; rerun: woods \
                  {}stress --index {} --seed {seed} --duration {}ms --threads {} --readers {} \
                  --keys {} --memtable-bytes {} --kill-interval {}ms)",
                 a.index,
                 t.rounds,
                 t.kills,
                 dir.display(),
+                dir.join(BEFORE_ROUND).display(),
                 if no_direct_io { "--no-direct-io " } else { "" },
                 a.index,
                 a.duration.as_millis(),
@@ -360,6 +365,8 @@ impl Run<'_> {
 
     /// Runs one round; true when it was the last one and passed.
     fn round(&self, round: u64, rng: &mut Rng, t: &mut Totals) -> Result<bool, Stop> {
+        keep_before_round(self.dir)
+            .map_err(|e| Stop::Error(format!("keeping the state before round {round}: {e}")))?;
         let mut child = self.spawn(round)?;
         let spawned = Instant::now();
         let (tx, rx) = mpsc::channel::<String>();
@@ -510,6 +517,38 @@ impl Run<'_> {
             Err(e) => Stop::Error(format!("waiting for round {round}: {e}")),
         }
     }
+}
+
+/// Where a copy of the run's state (`db/` and `expected`) is kept, as the next round is about
+/// to find it.
+pub const BEFORE_ROUND: &str = "before-round";
+
+/// Copies `db/` and `expected` to `dir/before-round`, replacing the last copy: the state a
+/// round opens, before its recovery changes it, so that a round that fails can be replayed from
+/// what it found (`woods stress --dir DIR/before-round`) however the kill that made it fell.
+/// The copy is made in a new directory and renamed over the old one, so a run killed while it
+/// copies keeps a whole copy.
+fn keep_before_round(dir: &Path) -> std::io::Result<()> {
+    let db = dir.join("db");
+    if !db.exists() {
+        return Ok(()); // the first round creates the database
+    }
+    let fresh = dir.join(format!("{BEFORE_ROUND}.new"));
+    let _ = std::fs::remove_dir_all(&fresh);
+    std::fs::create_dir_all(fresh.join("db"))?;
+    for e in std::fs::read_dir(&db)? {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            std::fs::copy(e.path(), fresh.join("db").join(e.file_name()))?;
+        }
+    }
+    let expected = dir.join("expected");
+    if expected.exists() {
+        std::fs::copy(&expected, fresh.join("expected"))?;
+    }
+    let kept = dir.join(BEFORE_ROUND);
+    let _ = std::fs::remove_dir_all(&kept);
+    std::fs::rename(&fresh, &kept)
 }
 
 fn classify(code: Option<i32>, what: &str) -> Stop {
