@@ -636,6 +636,7 @@ pub(crate) fn open_parts(
         alloc,
         io.clone(),
     ));
+    store.set_split_entries(opts.split_entries);
     // A failed write of the data file turns the database read-only at once: no index work
     // in flight commits what it built on it.
     let failure = store.failure().clone();

@@ -964,6 +964,14 @@ pub struct Options {
     /// log record carries, is [`Error::BatchTooLarge`] with the limit. Not persisted, but the
     /// `nbtree` kind's σ and the `stbe` kind's derived sizes follow it.
     pub memtable_bytes: u64,
+    /// Let a sorted run's entry begin in the room its data page has left and continue on the
+    /// next page (default true; docs/format.md, *Split entries*). Off, an entry that does not
+    /// fit whole goes to the next page and the room stays empty: entries of a 24-byte key and a
+    /// 1 KiB value then fill only 77% of each page (1.3 times their size on disk, written 1.3
+    /// times), but no point lookup reads a second page for a split entry. Not persisted: runs
+    /// written either way read the same. Kinds built of sorted runs only (every kind but
+    /// `btree` and `pbt`, whose leaves are B-tree nodes; `fdtree` levels never split).
+    pub split_entries: bool,
     /// Use direct I/O for the data file where the file system supports it (default true).
     /// Where it does not, the file is opened buffered instead, and
     /// [`crate::Db::direct_io_fallback`] says so.
@@ -1003,6 +1011,7 @@ impl Default for Options {
             cache_bytes: 64 << 20,
             row_cache_bytes: 0,
             memtable_bytes: 16 << 20,
+            split_entries: true,
             direct_io: true,
             durability: Durability::Buffered,
             background_threads: 1,
@@ -1021,6 +1030,7 @@ impl fmt::Debug for Options {
             .field("cache_bytes", &self.cache_bytes)
             .field("row_cache_bytes", &self.row_cache_bytes)
             .field("memtable_bytes", &self.memtable_bytes)
+            .field("split_entries", &self.split_entries)
             .field("direct_io", &self.direct_io)
             .field("durability", &self.durability)
             .field("background_threads", &self.background_threads)

@@ -59,12 +59,17 @@ fn err(what: &str, e: woods::Error) -> BenchError {
 impl WoodsEngine {
     /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`; `pbt-nomerge`:
     /// `pbt` with partition merge off, `PbtParams::max_partitions` 0; `nbtree-sC`: `nbtree`
-    /// with σ = C memtables; `iam-mM-kK`: `iam` with m = M and k = K fixed) in `dir`. The
+    /// with σ = C memtables; `iam-mM-kK`: `iam` with m = M and k = K fixed; any of them followed
+    /// by `+whole`: `Options::split_entries` off) in `dir`. The
     /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
     /// cache; the write-ahead log is on with buffered durability, as for every engine, or with
     /// `cfg.sync` `Durability::Sync`: every put and delete syncs the log before it returns; with
     /// `cfg.no_wal` there is no log (`Options::wal = false`).
-    pub fn open(kind: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
+    pub fn open(name: &str, dir: &Path, cfg: &EngineConfig) -> BenchResult<WoodsEngine> {
+        let (kind, whole) = match name.strip_suffix(super::WHOLE_SUFFIX) {
+            Some(k) => (k, true),
+            None => (name, false),
+        };
         let mut index = match variant(kind) {
             Some(index) => index,
             None => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
@@ -79,6 +84,7 @@ impl WoodsEngine {
             cache_bytes: split.cache_bytes,
             row_cache_bytes: cfg.row_cache_bytes.unwrap_or(0),
             memtable_bytes: split.write_buffer_bytes,
+            split_entries: !whole,
             direct_io: cfg.direct_io,
             wal: !cfg.no_wal,
             background_threads: cfg.background_threads.unwrap_or(1),
@@ -92,7 +98,7 @@ impl WoodsEngine {
         let db = Db::open(dir, opts).map_err(|e| err("open", e))?;
         Ok(WoodsEngine {
             db,
-            kind: kind.to_string(),
+            kind: name.to_string(),
         })
     }
 }

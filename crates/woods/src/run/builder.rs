@@ -6,10 +6,12 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+#[cfg(doc)]
+use super::format::SPLIT_FLAG;
 use super::format::{
-    encode_data_blob, encode_data_inline, encode_fence, put_header, IndexItem, SlottedPage,
-    AUX_CONT_PREV, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT, PAGE_BLOB,
-    PAGE_DATA, PAGE_FILTER, PAGE_HEADER, PAGE_INDEX, PAYLOAD,
+    encode_data_blob, encode_data_inline, encode_data_split, encode_fence, put_header, IndexItem,
+    SlottedPage, AUX_CONT_PREV, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT,
+    PAGE_BLOB, PAGE_FILTER, PAGE_HEADER, PAGE_INDEX, PAYLOAD, SPLIT_MIN_ROOM,
 };
 use super::{Region, RunMeta, RunOptions};
 use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};
@@ -403,6 +405,9 @@ pub struct RunBuilder {
     /// Fenced mode (FD-tree levels): fence items are accepted, and a data page that would
     /// start with an entry starts with an internal fence instead.
     fenced: bool,
+    /// Whether an entry that does not fit the page being filled may begin in its free room
+    /// ([`SPLIT_FLAG`]); off in fenced runs, whose searches read one page per level.
+    split: bool,
     /// Page of the last external fence added (what an internal fence points to).
     last_ext_pid: Option<u64>,
     /// Whether the last item added was a fence.
@@ -486,6 +491,7 @@ impl RunBuilder {
     /// `opts.bloom_bits_per_key` asks for (the `stbe` index builds quotient filters).
     pub fn with_filter(store: Arc<PageFile>, opts: RunOptions, spec: FilterSpec) -> Self {
         let filter = FilterBuilder::for_spec(spec);
+        let store_split = store.split_entries();
         RunBuilder {
             sink: Sink {
                 store,
@@ -515,6 +521,7 @@ impl RunBuilder {
             blob_pages: 0,
             item: Vec::new(),
             fenced: false,
+            split: store_split,
             last_ext_pid: None,
             last_was_fence: false,
             last_entry_key: None,
@@ -551,6 +558,14 @@ impl RunBuilder {
     /// Call before adding anything.
     pub fn set_fenced(&mut self) {
         self.fenced = true;
+        self.split = false;
+    }
+
+    /// Whether entries may be split across two data pages ([`SPLIT_FLAG`], on by default and
+    /// off in fenced runs): off, a page whose free room cannot take the next whole entry is
+    /// left with that room empty, as runs of format minor 0 were.
+    pub fn set_split(&mut self, on: bool) {
+        self.split = on && !self.fenced;
     }
 
     /// Records, for every data page written, the key of its first item and its page number
@@ -737,6 +752,30 @@ impl RunBuilder {
                 blob_page,
                 e.value.len() as u32,
             );
+        } else if self.split
+            && self.page.len() > 0
+            && !self.page.fits(self.item.len())
+            && self.page.room() >= SPLIT_MIN_ROOM
+            && e.value.len() >= SPLIT_MIN_ROOM
+        {
+            // The entry begins in the room the page would leave empty; the rest goes into the
+            // next page with the page number of this one.
+            let head = self
+                .page
+                .room()
+                .min(e.value.len())
+                .min(usize::from(u16::MAX));
+            let head_page = self.seal_data_page_with(&e.value[..head])?;
+            self.item.clear();
+            encode_data_split(
+                &mut self.item,
+                e.kind,
+                e.seq,
+                &e.key,
+                head_page,
+                head,
+                &e.value[head..],
+            );
         }
         self.place(&e.key, e.seq, false)?;
         self.min_seq = self.min_seq.min(e.seq);
@@ -779,15 +818,21 @@ impl RunBuilder {
     }
 
     fn seal_data_page(&mut self) -> Result<()> {
+        self.seal_data_page_with(&[]).map(|_| ())
+    }
+
+    /// Writes the data page being filled with `spill` after its items (the first bytes of the
+    /// next entry's value, which the caller checked fit); returns its page number.
+    fn seal_data_page_with(&mut self, spill: &[u8]) -> Result<u64> {
         let Some((key, seq)) = self.page_first.take() else {
-            return Ok(());
+            return Ok(0);
         };
         let entries = self.page.len() as u64;
         let page = &mut self.page;
         let aux = self.page_aux;
         let child = self
             .sink
-            .put(1, |_, body| page.write_with_aux(body, PAGE_DATA, 0, aux))?;
+            .put(1, |_, body| page.write_with_spill(body, aux, spill))?;
         if let Some(last) = self.pages.as_mut().and_then(|p| p.last_mut()) {
             last.1 = child;
         }
@@ -800,7 +845,7 @@ impl RunBuilder {
         });
         self.page_bytes = 0;
         self.data_pages += 1;
-        Ok(())
+        Ok(child)
     }
 
     /// Writes the rest of the run (last data page, index levels, filter, header) and returns

@@ -41,13 +41,27 @@ pub const FENCE_INTERNAL: u8 = 1;
 /// Data page header `aux` bit: the page's first entry has the key of the previous data page's
 /// last entry (a key's versions continue from the page before; `specs/fdtree.md` pitfall 3).
 pub const AUX_CONT_PREV: u32 = 1;
+/// Data page header `aux` bit: after the page's last item lie the first bytes of the value of
+/// the next data page's first item (a split item, [`SPLIT_FLAG`]); their count is `aux >> 16`.
+pub const AUX_SPILL: u32 = 2;
+/// Flag in a data entry's kind byte (with [`BLOB_FLAG`] and [`FENCE_FLAG`] clear): the value is
+/// split. Its first bytes lie after the last item of the data page before (that page's spill,
+/// [`AUX_SPILL`]); the item holds that page's number, how many bytes lie there, and the rest
+/// of the value. Items of about a quarter of a page would otherwise leave up to a quarter of
+/// every page empty (three 1,054-byte items fill 77% of a page).
+pub const SPLIT_FLAG: u8 = 0x20;
+/// Least free room at the end of a data page, and least value, for the builder to fill that
+/// room with the start of the next item's value instead of leaving it empty: below either the
+/// page is left as it is, and no read of that item pays for a second page.
+pub const SPLIT_MIN_ROOM: usize = 256;
 
 /// Magic at the start of the run header page's payload.
 pub const MAGIC: &[u8; 8] = b"WOODSRUN";
 /// Format major version of runs written by this build.
 pub const FORMAT_MAJOR: u16 = 1;
-/// Format minor version of runs written by this build.
-pub const FORMAT_MINOR: u16 = 0;
+/// Format minor version of runs written by this build: 1 since split items ([`SPLIT_FLAG`]),
+/// which a build of minor 0 reads as a corrupt entry kind.
+pub const FORMAT_MINOR: u16 = 1;
 
 /// Root page recorded in the header of an empty run (it has no tree).
 pub const NO_ROOT: u64 = u64::MAX;
@@ -134,6 +148,11 @@ impl SlottedPage {
         self.starts.len()
     }
 
+    /// Bytes free after the items when no item is added: what a spill can fill.
+    pub fn room(&self) -> usize {
+        PAGE_BODY.saturating_sub(HEADER_LEN + 2 * (self.starts.len() + 1) + self.items.len())
+    }
+
     /// Appends one encoded item (the caller checked `fits`).
     pub fn push(&mut self, item: &[u8]) {
         self.starts.push(self.items.len() as u16);
@@ -143,6 +162,20 @@ impl SlottedPage {
     /// Lays the page out into `body` (at least `PAGE_BODY` bytes, zeroed) and empties self.
     pub fn write_into(&mut self, body: &mut [u8], ty: u8, level: u8) {
         self.write_with_aux(body, ty, level, 0)
+    }
+
+    /// [`SlottedPage::write_with_aux`] of a data page followed by `spill` (at most
+    /// [`SlottedPage::room`] bytes, at most `u16::MAX`): the first bytes of the next page's
+    /// first value, recorded in `aux` ([`AUX_SPILL`], the count in its high 16 bits).
+    pub fn write_with_spill(&mut self, body: &mut [u8], aux: u32, spill: &[u8]) {
+        let end = HEADER_LEN + 2 * (self.starts.len() + 1) + self.items.len();
+        let aux = if spill.is_empty() {
+            aux
+        } else {
+            aux | AUX_SPILL | (spill.len() as u32) << 16
+        };
+        self.write_with_aux(body, PAGE_DATA, 0, aux);
+        body[end..end + spill.len()].copy_from_slice(spill);
     }
 
     /// [`SlottedPage::write_into`] with the header's `aux` field set.
@@ -171,6 +204,25 @@ pub fn encode_data_inline(out: &mut Vec<u8>, kind: Kind, seq: u64, key: &[u8], v
     codec::put_varint(out, seq);
     codec::put_bytes(out, key);
     codec::put_bytes(out, value);
+}
+
+/// Encodes one data entry whose value is split: its first `head` bytes are the spill of data
+/// page `head_page` (the page before), `rest` the others.
+pub fn encode_data_split(
+    out: &mut Vec<u8>,
+    kind: Kind,
+    seq: u64,
+    key: &[u8],
+    head_page: u64,
+    head: usize,
+    rest: &[u8],
+) {
+    out.push(kind as u8 | SPLIT_FLAG);
+    codec::put_varint(out, seq);
+    codec::put_bytes(out, key);
+    codec::put_u64(out, head_page);
+    codec::put_varint(out, head as u64);
+    codec::put_bytes(out, rest);
 }
 
 /// Encodes one fence item: `FENCE_FLAG | class`, seq, key, the page it points to.
@@ -239,6 +291,13 @@ pub enum ValueRef<'a> {
     Inline(&'a [u8]),
     /// Stored in blob pages starting at `page`, `len` bytes.
     Blob { page: u64, len: u32 },
+    /// Split: the first `head` bytes are the spill of data page `page` (the data page before
+    /// the item's), `rest` follows them.
+    Split {
+        page: u64,
+        head: usize,
+        rest: &'a [u8],
+    },
 }
 
 /// What makes a data item a fence: its class and the page it points to.
@@ -271,6 +330,7 @@ impl DataItem<'_> {
         match self.value {
             ValueRef::Inline(v) => v.len() as u64,
             ValueRef::Blob { len, .. } => u64::from(len),
+            ValueRef::Split { head, rest, .. } => (head + rest.len()) as u64,
         }
     }
 }
@@ -305,13 +365,33 @@ fn decode_data<'b>(r: &mut Reader<'b>, page: u64, i: usize) -> Result<DataItem<'
             value: ValueRef::Inline(&[]),
         });
     }
-    let kind = Kind::from_u8(b & !BLOB_FLAG)?;
+    if b & BLOB_FLAG != 0 && b & SPLIT_FLAG != 0 {
+        return Err(corrupt(
+            page,
+            format!("entry {i} is marked both blob and split"),
+        ));
+    }
+    let kind = Kind::from_u8(b & !(BLOB_FLAG | SPLIT_FLAG))?;
     let seq = r.varint()?;
     let key = r.bytes()?;
     let value = if b & BLOB_FLAG != 0 {
         ValueRef::Blob {
             page: r.u64()?,
             len: r.u32()?,
+        }
+    } else if b & SPLIT_FLAG != 0 {
+        let head_page = r.u64()?;
+        let head = r.varint()?;
+        if head == 0 || head > PAGE_BODY as u64 {
+            return Err(corrupt(
+                page,
+                format!("entry {i} is split with {head} bytes on the page before"),
+            ));
+        }
+        ValueRef::Split {
+            page: head_page,
+            head: head as usize,
+            rest: r.bytes()?,
         }
     } else {
         ValueRef::Inline(r.bytes()?)
@@ -549,6 +629,23 @@ impl Node {
         let seq = r.varint().map_err(|e| at_page(e, self.page))?;
         let key = r.bytes().map_err(|e| at_page(e, self.page))?;
         Ok((key, seq))
+    }
+
+    /// The spill of a data page ([`AUX_SPILL`]): the bytes after its last item that begin the
+    /// next data page's first value; empty when it has none.
+    pub fn spill(&self) -> Result<&[u8]> {
+        if self.level != 0 || self.aux & AUX_SPILL == 0 {
+            return Ok(&[]);
+        }
+        let len = (self.aux >> 16) as usize;
+        let start = self.offset(self.count);
+        if start < self.array_end() || start + len > PAGE_BODY || len == 0 {
+            return Err(corrupt(
+                self.page,
+                format!("a spill of {len} bytes from offset {start} lies out of the page"),
+            ));
+        }
+        Ok(&self.bytes()[start..start + len])
     }
 
     /// Decodes data item `i`.

@@ -16,6 +16,10 @@ pub(crate) struct Cursor {
     path: Vec<(Node, usize)>,
     /// Data pages read ahead by forward moves of scans that are not user reads.
     ahead: Readahead,
+    /// The leaf a forward move left last, when it spills into the next one
+    /// ([`super::format::AUX_SPILL`]): the first bytes of the next leaf's first value, at hand
+    /// when the window read ahead no longer holds it.
+    spilled: Option<Node>,
 }
 
 impl Cursor {
@@ -31,6 +35,12 @@ impl Cursor {
     /// leave the read-ahead state untouched, so a point lookup's cursor can be reused.
     pub(crate) fn clear(&mut self) {
         self.path.clear();
+        self.spilled = None;
+    }
+
+    /// The leaf before the current one, if a forward move left it and it spills.
+    pub(crate) fn spilled(&self) -> Option<&Node> {
+        self.spilled.as_ref()
     }
 
     /// The read-ahead window of forward moves (blob values are taken from it too).
@@ -152,7 +162,9 @@ impl Cursor {
             Some((n, i)) if *i >= n.count => {}
             _ => return Ok(()),
         }
-        self.path.pop();
+        if let Some((leaf, _)) = self.path.pop() {
+            self.spilled = (leaf.aux & super::format::AUX_SPILL != 0).then_some(leaf);
+        }
         while let Some((n, i)) = self.path.last_mut() {
             if *i + 1 < n.count {
                 *i += 1;
@@ -341,7 +353,7 @@ impl RunIter {
         };
         let item = node.data(i)?;
         self.run
-            .entry(node.page, &item, self.purpose, Some(self.cursor.ahead()))
+            .entry(node.page, &item, self.purpose, Some(&self.cursor))
             .map(Some)
     }
 }

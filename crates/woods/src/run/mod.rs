@@ -681,18 +681,46 @@ impl Run {
         Ok(())
     }
 
-    /// Materializes a data item read from `page`, fetching a blob value.
+    /// Materializes a data item read from `page`, fetching a blob value, or the first bytes of a
+    /// split one from the data page before (the leaf a forward scan just left, or its read-ahead
+    /// window, when they hold it).
     pub(crate) fn entry(
         &self,
         page: u64,
         item: &DataItem<'_>,
         purpose: Purpose,
-        ahead: Option<&Readahead>,
+        cursor: Option<&iter::Cursor>,
     ) -> Result<Entry> {
+        let ahead = cursor.map(|c| c.ahead());
         let value: Arc<[u8]> = match item.value {
             ValueRef::Inline(v) => Arc::from(v),
             ValueRef::Blob { page: blob, len } => {
                 Arc::from(self.read_blob(page, blob, len, purpose, ahead)?)
+            }
+            ValueRef::Split {
+                page: head_page,
+                head,
+                rest,
+            } => {
+                let node = match cursor.and_then(|c| c.spilled()) {
+                    Some(n) if n.page == head_page => n.clone(),
+                    _ => self.head_page(page, head_page, purpose, ahead)?,
+                };
+                let spill = node.spill()?;
+                if spill.len() != head {
+                    return Err(corrupt(
+                        page,
+                        format!(
+                            "a split value begins with {head} bytes on page {head_page}, \
+                             which holds {}",
+                            spill.len()
+                        ),
+                    ));
+                }
+                let mut v = Vec::with_capacity(head + rest.len());
+                v.extend_from_slice(spill);
+                v.extend_from_slice(rest);
+                Arc::from(v)
             }
         };
         Ok(Entry {
@@ -701,6 +729,31 @@ impl Run {
             kind: item.kind,
             value,
         })
+    }
+
+    /// The data page `head` that holds the first bytes of a split value of page `from` (the
+    /// data page before it): from a scan's read-ahead window when it holds it, else read as
+    /// `purpose` reads data pages (through the cache for a user read).
+    fn head_page(
+        &self,
+        from: u64,
+        head: u64,
+        purpose: Purpose,
+        ahead: Option<&Readahead>,
+    ) -> Result<Node> {
+        if !self.owns(head, 1) || head == from {
+            return Err(corrupt(
+                from,
+                format!("a split value begins on page {head}, outside the run's data pages"),
+            ));
+        }
+        match ahead {
+            Some(a) if a.holds(head) => {
+                let off = (head - a.start) as usize * PAGE_SIZE;
+                Node::parse_at(head, a.buf.clone(), off, 0)
+            }
+            _ => self.load(head, 0, purpose),
+        }
     }
 
     /// The value of `len` bytes in blob pages from `first` (referenced from page `from`),
@@ -1007,6 +1060,12 @@ impl Run {
                 ));
             }
         }
+        if let Some((page, _)) = st.spill {
+            return Err(corrupt(
+                page,
+                "the run's last data page spills into an entry that is not there",
+            ));
+        }
         let m = &self.meta;
         let mismatch = |what: &str, got: String, want: String| {
             Err(corrupt(
@@ -1081,8 +1140,28 @@ impl Run {
                 if st.first_key.is_none() {
                     st.first_key = Some(item.key.to_vec());
                 }
-                if let ValueRef::Blob { page, len } = item.value {
-                    self.read_blob(node.page, page, len, Purpose::Merge, None)?;
+                let spilled = if i == 0 { st.spill.take() } else { None };
+                match item.value {
+                    ValueRef::Blob { page, len } => {
+                        self.read_blob(node.page, page, len, Purpose::Merge, None)?;
+                    }
+                    ValueRef::Split { page, head, .. } if spilled == Some((page, head)) => {}
+                    ValueRef::Split { page, head, .. } => {
+                        return Err(corrupt(
+                            node.page,
+                            format!(
+                                "entry {i} begins its value with {head} bytes on page {page}, \
+                                 which is not the spill of the data page before it"
+                            ),
+                        ));
+                    }
+                    ValueRef::Inline(_) => {}
+                }
+                if spilled.is_some() && !matches!(item.value, ValueRef::Split { .. }) {
+                    return Err(corrupt(
+                        node.page,
+                        "the data page before spills into an entry this page does not begin with",
+                    ));
                 }
                 bytes += item.key.len() as u64 + item.value_len();
                 st.entries += 1;
@@ -1093,6 +1172,8 @@ impl Run {
                 st.last = Some((item.key.to_vec(), item.seq));
             }
             st.bytes += bytes;
+            let spill = node.spill()?;
+            st.spill = (!spill.is_empty()).then_some((node.page, spill.len()));
             let (k, s) = node.key_seq(0)?;
             return Ok((node.count as u64, bytes, k.to_vec(), s));
         }
@@ -1198,6 +1279,9 @@ struct CheckState {
     last: Option<(Vec<u8>, u64)>,
     min_seq: u64,
     max_seq: u64,
+    /// The last data page checked and the length of its spill, when it has one: the next data
+    /// page's first entry must be the split value that begins there.
+    spill: Option<(u64, usize)>,
 }
 
 impl Default for CheckState {
@@ -1212,6 +1296,7 @@ impl Default for CheckState {
             last: None,
             min_seq: u64::MAX,
             max_seq: 0,
+            spill: None,
         }
     }
 }

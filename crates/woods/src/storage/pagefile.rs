@@ -36,6 +36,9 @@ pub struct PageFile {
     failure: Arc<Latch>,
     /// What pages written now are stamped with, and which stamps a read refuses.
     stamps: Arc<Stamps>,
+    /// Whether sorted runs built in this file may split entries across data pages
+    /// (`Options::split_entries`; the run builder's default).
+    split_entries: std::sync::atomic::AtomicBool,
 }
 
 /// A finished background request: its result and the buffer it was given.
@@ -89,7 +92,19 @@ impl PageFile {
             reads_behind: AtomicU64::new(0),
             failure: Arc::new(Latch::default()),
             stamps: Arc::new(Stamps::default()),
+            split_entries: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Whether run builders of this file split entries across data pages by default
+    /// (`Options::split_entries`, which the database sets at open; true until then).
+    pub fn split_entries(&self) -> bool {
+        self.split_entries.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`PageFile::split_entries`].
+    pub fn set_split_entries(&self, on: bool) {
+        self.split_entries.store(on, Ordering::Relaxed);
     }
 
     /// The clock this file stamps pages with and checks them against; the database sets it from
