@@ -258,6 +258,12 @@ impl Harness {
             Durability::Buffered
         };
         match self.db().write_with(&b, d) {
+            // A batch over the database's limit for one write is refused whole, before
+            // anything is written: the model stays as it is.
+            Err(woods::Error::BatchTooLarge { bytes, limit }) => {
+                assert!(bytes > limit, "a batch of {bytes} bytes refused, limit {limit}");
+                assert_eq!(bytes, b.size_bytes(), "the refusal names the batch's size");
+            }
             Ok(()) => {
                 for w in &ws {
                     apply(&mut self.model, w);

@@ -175,7 +175,8 @@ impl Writer {
                 let (file, region) = match self.into.take() {
                     Some(x) => x,
                     None => {
-                        let extent = store.alloc().alloc(tree.region_pages());
+                        // Its hole stays unwritten until later appends: no old blocks under it.
+                        let extent = store.alloc().alloc_sparse(tree.region_pages());
                         let file = NodeFile::new(extent, store.clone());
                         built.files.push(file.clone());
                         (file, Region::new(extent))
