@@ -85,9 +85,13 @@ pub fn btree_node_in_place(bytes: &[u8]) -> (Result<usize>, Result<usize>) {
     (in_place, decoded)
 }
 
-/// Parses `bytes` as a run's data (`level == 0`) or index page and decodes every item of it.
+/// Parses `bytes` as a run's data (`level == 0`) or index page and decodes every item of it,
+/// and a data page's spill (the start of the next page's split entry).
 pub fn run_page(bytes: &[u8], level: u8) -> Result<usize> {
     let n = Node::parse(7, Arc::new(page(bytes)), level)?;
+    if level == 0 {
+        n.spill()?;
+    }
     for i in 0..n.count {
         n.key_seq(i)?;
         if level == 0 {
