@@ -322,8 +322,15 @@ fuzz_target!(|data: &[u8]| {
     let Ok(ops) = u.arbitrary_iter::<Op>() else {
         return;
     };
+    let trace = std::env::var_os("WOODS_FUZZ_TRACE").is_some();
+    if trace {
+        eprintln!("kind {:?}", kind(pick));
+    }
     for op in ops.take(200) {
         let Ok(op) = op else { break };
+        if trace {
+            eprintln!("{op:?}");
+        }
         match op {
             Op::Write(w, sync) => h.write(vec![w], sync),
             Op::Batch(ws, sync) => h.write(ws.into_iter().take(16).collect(), sync),
