@@ -76,6 +76,16 @@ fn put_with_sync_survives_a_process_kill() {
     db.close().expect("close");
 }
 
+/// A fault-injecting file system and the suite's small options for `kind` on it.
+fn on_fault_fs(kind: &woods::IndexKind) -> (FaultFs, Options) {
+    let fs = FaultFs::new();
+    let opts = Options {
+        fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
+        ..common::small_options(kind)
+    };
+    (fs, opts)
+}
+
 /// A power cut right after `put_with`, `delete_with` or `merge_with` with `Sync` keeps the
 /// write, for every kind: each is the last write before its cut, and nothing else syncs the
 /// log after it (no flush, no close). With `Buffered` instead, each of them is lost.
@@ -83,12 +93,8 @@ fn put_with_sync_survives_a_process_kill() {
 fn sync_writes_of_one_entry_survive_a_power_cut() {
     for kind in common::kinds() {
         let name = kind.name();
-        let fs = FaultFs::new();
+        let (fs, opts) = on_fault_fs(&kind);
         let dir = Path::new("/db");
-        let opts = Options {
-            fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
-            ..common::small_options(&kind)
-        };
         let db = Db::open(dir, opts.clone()).expect("open");
         db.put("gone", "soon").expect("put");
         db.put("ctr", "a").expect("put");
@@ -138,12 +144,8 @@ fn sync_writes_of_one_entry_survive_a_power_cut() {
 fn an_empty_sync_batch_makes_the_writes_before_it_durable() {
     for kind in common::kinds() {
         let name = kind.name();
-        let fs = FaultFs::new();
+        let (fs, opts) = on_fault_fs(&kind);
         let dir = Path::new("/db");
-        let opts = Options {
-            fs: Some(Arc::new(fs.clone()) as Arc<dyn Fs>),
-            ..common::small_options(&kind)
-        };
         let db = Db::open(dir, opts.clone()).expect("open");
         db.put("k0", vec![7u8; 12_032]).expect("put");
         db.put("k1", "v").expect("put");

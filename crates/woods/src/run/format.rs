@@ -148,9 +148,14 @@ impl SlottedPage {
         self.starts.len()
     }
 
+    /// Bytes the page's header, offset array and items take when written as they are.
+    fn used(&self) -> usize {
+        HEADER_LEN + 2 * (self.starts.len() + 1) + self.items.len()
+    }
+
     /// Bytes free after the items when no item is added: what a spill can fill.
     pub fn room(&self) -> usize {
-        PAGE_BODY.saturating_sub(HEADER_LEN + 2 * (self.starts.len() + 1) + self.items.len())
+        PAGE_BODY.saturating_sub(self.used())
     }
 
     /// Appends one encoded item (the caller checked `fits`).
@@ -168,7 +173,7 @@ impl SlottedPage {
     /// [`SlottedPage::room`] bytes, at most `u16::MAX`): the first bytes of the next page's
     /// first value, recorded in `aux` ([`AUX_SPILL`], the count in its high 16 bits).
     pub fn write_with_spill(&mut self, body: &mut [u8], aux: u32, spill: &[u8]) {
-        let end = HEADER_LEN + 2 * (self.starts.len() + 1) + self.items.len();
+        let end = self.used();
         let aux = if spill.is_empty() {
             aux
         } else {

@@ -275,6 +275,12 @@ impl Readahead {
         window_holds(self.start, self.pages, page)
     }
 
+    /// Data page `page`, which the window holds, parsed in place (sharing the window's buffer).
+    fn data_node(&self, page: u64) -> Result<Node> {
+        let off = (page - self.start) as usize * PAGE_SIZE;
+        Node::parse_at(page, self.buf.clone(), off, 0)
+    }
+
     fn max_pages(&self) -> u64 {
         match self.max_pages {
             0 => READAHEAD_PAGES,
@@ -504,8 +510,7 @@ impl Run {
         if !ahead.holds(page) {
             self.fill_window(page, purpose, ahead)?;
         }
-        let off = (page - ahead.start) as usize * PAGE_SIZE;
-        Node::parse_at(page, ahead.buf.clone(), off, 0)
+        ahead.data_node(page)
     }
 
     /// Makes `ahead`'s window hold `page`: the window read ahead when it holds the page, else a
@@ -748,10 +753,7 @@ impl Run {
             ));
         }
         match ahead {
-            Some(a) if a.holds(head) => {
-                let off = (head - a.start) as usize * PAGE_SIZE;
-                Node::parse_at(head, a.buf.clone(), off, 0)
-            }
+            Some(a) if a.holds(head) => a.data_node(head),
             _ => self.load(head, 0, purpose),
         }
     }
@@ -1141,12 +1143,9 @@ impl Run {
                     st.first_key = Some(item.key.to_vec());
                 }
                 let spilled = if i == 0 { st.spill.take() } else { None };
-                match item.value {
-                    ValueRef::Blob { page, len } => {
-                        self.read_blob(node.page, page, len, Purpose::Merge, None)?;
-                    }
-                    ValueRef::Split { page, head, .. } if spilled == Some((page, head)) => {}
-                    ValueRef::Split { page, head, .. } => {
+                match (item.value, spilled) {
+                    (ValueRef::Split { page, head, .. }, Some(s)) if s == (page, head) => {}
+                    (ValueRef::Split { page, head, .. }, _) => {
                         return Err(corrupt(
                             node.page,
                             format!(
@@ -1155,13 +1154,16 @@ impl Run {
                             ),
                         ));
                     }
-                    ValueRef::Inline(_) => {}
-                }
-                if spilled.is_some() && !matches!(item.value, ValueRef::Split { .. }) {
-                    return Err(corrupt(
-                        node.page,
-                        "the data page before spills into an entry this page does not begin with",
-                    ));
+                    (_, Some(_)) => {
+                        return Err(corrupt(
+                            node.page,
+                            "the data page before spills into an entry this page does not begin with",
+                        ));
+                    }
+                    (ValueRef::Blob { page, len }, None) => {
+                        self.read_blob(node.page, page, len, Purpose::Merge, None)?;
+                    }
+                    (ValueRef::Inline(_), None) => {}
                 }
                 bytes += item.key.len() as u64 + item.value_len();
                 st.entries += 1;
