@@ -293,7 +293,7 @@ impl Harness {
     }
 }
 
-fuzz_target!(|data: &[u8]| {
+fuzz_target!(init: woods::fuzzing::start_reader_pool(), |data: &[u8]| {
     let Some((&pick, rest)) = data.split_first() else {
         return;
     };

@@ -280,3 +280,10 @@ pub fn index_meta(kind: u8, bytes: &[u8]) -> Result<()> {
         _ => crate::index::stbe::meta::decode(bytes, &empty_store()?).map(|_| ()),
     }
 }
+
+/// Starts the process-wide reader pool of scans ahead of the first input, so that libFuzzer's
+/// per-input leak check does not count the pool's threads (alive until the process ends) as
+/// memory leaked by the input that first scanned.
+pub fn start_reader_pool() {
+    crate::merge::start_pool();
+}

@@ -5,7 +5,7 @@ mod concat;
 mod prime;
 
 pub use self::concat::{parts_meeting, range_meets, Concat};
-pub use self::prime::prime;
+pub use self::prime::{prime, start_pool};
 
 use std::cmp::Ordering;
 use std::collections::binary_heap::PeekMut;
