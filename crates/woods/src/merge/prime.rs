@@ -7,8 +7,10 @@
 //! STBε-tree dissertation's asynchronous lookups intend. The pool is shared by every database of
 //! the process and started on first use.
 
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::channel;
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 
 use super::EntryIter;
 use crate::entry::Entry;
@@ -30,71 +32,108 @@ thread_local! {
     static ON_READER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// The job queue: a deque under a mutex, and a condition variable the idle readers wait on.
+/// Neither allocates per thread as a thread first waits (std's channels do, lazily, in a thread
+/// local), so once [`start_pool`] returns the pool allocates nothing but its jobs.
 struct Pool {
-    jobs: Mutex<Sender<Job>>,
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    /// Reader threads running (those that failed to start are not counted).
+    running: Mutex<usize>,
+    started: Condvar,
+}
+
+impl Pool {
+    fn take(&self) -> Job {
+        let mut q = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(job) = q.pop_front() {
+                return job;
+            }
+            q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn running(&self) -> usize {
+        *self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let (tx, rx) = channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..READERS {
-            let rx: Arc<Mutex<Receiver<Job>>> = rx.clone();
-            // A pool that cannot start a thread runs with fewer; with none, `prime` sees its jobs
-            // come back unanswered and the sources fail with an error rather than hang.
-            let _ = std::thread::Builder::new()
-                .name(format!("woods-reader-{i}"))
-                .spawn(move || loop {
-                    ON_READER.with(|r| r.set(true));
-                    let job = match rx.lock() {
-                        Ok(r) => r.recv(),
-                        Err(_) => return,
-                    };
-                    match job {
-                        Ok(job) => job(),
-                        Err(_) => return,
-                    }
-                });
-        }
+    let mut spawn = false;
+    let pool = POOL.get_or_init(|| {
+        spawn = true;
         Pool {
-            jobs: Mutex::new(tx),
+            jobs: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            running: Mutex::new(0),
+            started: Condvar::new(),
         }
-    })
+    });
+    if spawn {
+        let mut spawned = 0;
+        for i in 0..READERS {
+            // A pool that cannot start a thread runs with fewer; with none, `prime` pulls its
+            // sources in place.
+            let ok = std::thread::Builder::new()
+                .name(format!("woods-reader-{i}"))
+                .spawn(move || {
+                    ON_READER.with(|r| r.set(true));
+                    *pool.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+                    pool.started.notify_all();
+                    loop {
+                        // A job that panics drops its sender as it unwinds, and `prime` reports
+                        // its source as failed; the thread goes on.
+                        let _ = catch_unwind(AssertUnwindSafe(pool.take()));
+                    }
+                })
+                .is_ok();
+            spawned += usize::from(ok);
+        }
+        // Every thread spawned is counted as running before the first job is queued, so that
+        // `prime` never queues jobs for threads that do not exist, and a thread's start (its
+        // thread-local set-up) is done by the time `start_pool` returns.
+        let mut n = pool.running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *n < spawned {
+            n = pool.started.wait(n).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+    pool
 }
 
-/// Starts the reader pool now rather than on the first scan that needs it. The pool lives as long
-/// as the process (like a global thread pool, its threads are never joined); a leak checker that
-/// counts memory per unit of work (libFuzzer's, per input) would otherwise charge the threads'
-/// start-up allocations to whichever unit happened to start them.
+/// Starts the reader pool now rather than on the first scan that needs it, and returns once its
+/// threads run. The pool lives as long as the process (like a global thread pool, its threads are
+/// never joined); a leak checker that counts memory per unit of work (libFuzzer's, per input)
+/// would otherwise charge the threads' start-up allocations to whichever unit started them.
 pub fn start_pool() {
     pool();
 }
 
 /// The sources with their first entries already read, each read on a reader thread at the same
 /// time as the others'; in order, each yielding exactly what it would have. A source whose reader
-/// could not report back yields an error instead.
+/// could not report back (its read panicked) yields an error instead.
 pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
     if sources.len() < MIN_SOURCES || ON_READER.with(|r| r.get()) {
+        return sources;
+    }
+    let pool = pool();
+    if pool.running() == 0 {
         return sources;
     }
     let n = sources.len();
     let (tx, rx) = channel::<(usize, Option<Result<Entry>>, EntryIter)>();
     {
-        let Ok(jobs) = pool().jobs.lock() else {
-            return sources;
-        };
+        let mut q = pool.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, mut src) in sources.into_iter().enumerate() {
             let tx = tx.clone();
-            let job: Job = Box::new(move || {
+            q.push_back(Box::new(move || {
                 let first = src.next();
                 let _ = tx.send((i, first, src));
-            });
-            // A send fails only when every reader thread is gone: the job (and its source)
-            // is dropped, and the source is reported as failed below.
-            let _ = jobs.send(job);
+            }));
         }
     }
+    pool.ready.notify_all();
     drop(tx);
     let mut out: Vec<Option<EntryIter>> = (0..n).map(|_| None).collect();
     for (i, first, src) in rx.iter() {
@@ -150,6 +189,21 @@ mod tests {
             .map(|s| s.map(|e| e.unwrap().key.to_vec()).collect())
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_source_that_panics_fails_alone_and_the_pool_goes_on() {
+        // More panicking sources than reader threads: were a panic to end its thread, the later
+        // scans would find no reader left and wait for ever.
+        for _ in 0..2 * READERS {
+            let panicking: EntryIter = Box::new(std::iter::from_fn(|| panic!("a source's read")));
+            let got: Vec<Vec<bool>> = prime(vec![source(1, 2), panicking, source(2, 1)])
+                .into_iter()
+                .map(|s| s.map(|e| e.is_ok()).collect())
+                .collect();
+            assert_eq!(got, vec![vec![true, true], vec![false], vec![true]]);
+        }
+        assert_eq!(pool().running(), READERS);
     }
 
     #[test]
