@@ -10,8 +10,10 @@
 //!   zero bytes.
 //!
 //! A writer stores a key's pending state (and, for a batch, its batch record) before it writes
-//! the database, and the committed state after the write is acknowledged, each with one
-//! positional write to the file: the operating system keeps them when the process is killed.
+//! the database, and the committed state after the write is acknowledged, each with positional
+//! writes to the file that a kill cannot tear (a key's states are eight aligned bytes; a batch
+//! record is written entries first and count last, see `Expected::batch_writes`): the operating
+//! system keeps them when the process is killed.
 //! After a kill a key must therefore hold its committed or its pending state, and a batch the
 //! state before of all its keys or the state after of all of them.
 
@@ -149,17 +151,33 @@ impl Expected {
 
     /// Records the batch `writer` is about to write (an empty one clears the record).
     pub fn set_batch(&self, writer: u32, entries: &[BatchEntry]) -> Result<(), String> {
-        let mut b = Vec::with_capacity(BATCH_RECORD as usize);
-        b.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-        b.extend_from_slice(&[0; 4]);
+        for (at, bytes) in self.batch_writes(writer, entries) {
+            self.file
+                .write_all_at(&bytes, at)
+                .map_err(|e| format!("writing the expected state: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The positional writes that record `entries` as `writer`'s batch, in the order they must
+    /// be made. A kill can cut a write short: the kernel copies a write a page at a time and a
+    /// fatal signal stops it between two pages, so a record written in one piece across a page
+    /// boundary could be left with the new count and the first entries over the last batch's
+    /// other entries, a batch that never was. So the count goes to zero first, then the entries
+    /// are written, and the count last: each count is four aligned bytes, inside one page.
+    fn batch_writes(&self, writer: u32, entries: &[BatchEntry]) -> Vec<(u64, Vec<u8>)> {
+        let at = self.batch_at(writer);
+        let count = |n: u32| (at, n.to_le_bytes().to_vec());
+        if entries.is_empty() {
+            return vec![count(0)];
+        }
+        let mut b = Vec::with_capacity(BATCH_RECORD as usize - 8);
         for &(id, before, after) in entries {
             for w in [id, before, after, 0] {
                 b.extend_from_slice(&w.to_le_bytes());
             }
         }
-        self.file
-            .write_all_at(&b, self.batch_at(writer))
-            .map_err(|e| format!("writing the expected state: {e}"))
+        vec![count(0), (at + 8, b), count(entries.len() as u32)]
     }
 
     /// The batch `writer` had in flight, if any.
@@ -187,5 +205,46 @@ impl Expected {
             out.push((id, word(at + 4), word(at + 8)));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kill that cuts the recording of a batch at any byte of any of its writes leaves the
+    /// record saying "no batch" or the whole new batch, never a mix with the batch before.
+    #[test]
+    fn a_batch_record_cut_anywhere_reads_as_no_batch_or_the_whole_batch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (keys, writers) = (2000, 4);
+        let old: Vec<BatchEntry> = vec![(1000, 1, 2), (1001, 1, 2), (1002, 1, 2), (1009, 177, 178)];
+        let new: Vec<BatchEntry> = vec![(1003, 5, 6), (1004, 5, 6), (1011, 204, 205), (1012, 8, 9)];
+        for writer in 0..writers {
+            let path = dir.path().join(format!("expected-{writer}"));
+            let exp = Expected::open(&path, keys, writers).expect("open");
+            // The batch before, acknowledged and cleared, as a writer leaves it.
+            exp.set_batch(writer, &old).expect("set");
+            exp.set_batch(writer, &[]).expect("clear");
+            let before = std::fs::read(&path).expect("read");
+            let writes = exp.batch_writes(writer, &new);
+            for (i, (_, bytes)) in writes.iter().enumerate() {
+                for cut in 0..=bytes.len() {
+                    std::fs::write(&path, &before).expect("restore");
+                    let e = Expected::open(&path, keys, writers).expect("reopen");
+                    for (at, b) in &writes[..i] {
+                        e.file.write_all_at(b, *at).expect("write");
+                    }
+                    let (at, b) = &writes[i];
+                    e.file.write_all_at(&b[..cut], *at).expect("write");
+                    let got = e.batch(writer).expect("batch");
+                    assert!(
+                        got.is_empty() || got == new,
+                        "writer {writer}, write {i} cut after {cut} bytes: the record reads \
+                         {got:?}"
+                    );
+                }
+            }
+        }
     }
 }
