@@ -6,12 +6,10 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-#[cfg(doc)]
-use super::format::SPLIT_FLAG;
 use super::format::{
     encode_data_blob, encode_data_inline, encode_data_split, encode_fence, put_header, IndexItem,
     SlottedPage, AUX_CONT_PREV, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, MAX_ITEM, NO_ROOT,
-    PAGE_BLOB, PAGE_FILTER, PAGE_HEADER, PAGE_INDEX, PAYLOAD, SPLIT_MIN_ROOM,
+    PAGE_BLOB, PAGE_FILTER, PAGE_HEADER, PAGE_INDEX, PAYLOAD, SPLIT_FLAG, SPLIT_MIN_ROOM,
 };
 use super::{Region, RunMeta, RunOptions};
 use crate::entry::{check_key, check_value, cmp_entries, codec, Entry};
@@ -668,7 +666,14 @@ impl RunBuilder {
                 self.page_bytes += kb;
                 self.user_bytes += kb;
             }
-            self.page_first = Some(separator(self.last.as_ref(), key, seq));
+            // A split entry's whole key is its page's separator (not a shortened one), so that
+            // a lookup of the key can tell from the index that the value begins on the page
+            // before (`Run::leaf_for`).
+            let split = !fence && self.item.first().is_some_and(|b| b & SPLIT_FLAG != 0);
+            self.page_first = Some(match self.last.as_ref() {
+                Some((p, _)) if split && p.as_slice() != key => (key.to_vec(), u64::MAX),
+                last => separator(last, key, seq),
+            });
             self.page_aux = if !fence && self.last_entry_key.as_deref() == Some(key) {
                 AUX_CONT_PREV
             } else {

@@ -58,7 +58,11 @@ impl Cursor {
         while node.level > 0 {
             // Last child whose first entry is at or before the target (child 0 if none).
             let i = node.upper_bound(key, seq)?.saturating_sub(1);
-            let child = run.child_node_ahead(&node, i, purpose, &mut self.ahead)?;
+            let child = if purpose == Purpose::UserRead {
+                run.leaf_for(&node, i, key)?
+            } else {
+                run.child_node_ahead(&node, i, purpose, &mut self.ahead)?
+            };
             self.path.push((node, i));
             node = child;
         }

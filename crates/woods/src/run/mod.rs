@@ -626,6 +626,38 @@ impl Run {
         self.load(child, node.level - 1, purpose)
     }
 
+    /// Child `i` of the level-1 node `node`: the data page where a user read of `key` starts.
+    /// A data page whose first entry is split (its value begins on the data page before) has
+    /// that entry's whole key for its separator (with seq `u64::MAX`, as every separator that
+    /// is not a version of the key the page before ends with), never a shortened one (the
+    /// builder's `place`). So when the separator is `key` itself, and the page before is child
+    /// `i - 1`, right before it in the file, the two are read in one request
+    /// ([`PageFile::read_with_previous`]) rather than the page and then, for its first entry,
+    /// the page before. (A shortened separator that happens to be a whole key reads a page
+    /// more in that request, never a request more.)
+    pub(crate) fn leaf_for(&self, node: &Node, i: usize, key: &[u8]) -> Result<Node> {
+        let p = Purpose::UserRead;
+        if node.level != 1 {
+            return self.child_node(node, i, p);
+        }
+        let (sep, seq) = node.key_seq(i)?;
+        if seq != u64::MAX || sep != key {
+            return self.child_node(node, i, p);
+        }
+        // The page before is child `i - 1`, or for the first child the last child of the
+        // level-1 node before (not read here: the run's pages are all that is checked).
+        let child = node.child(i)?;
+        let adjacent = match i {
+            0 => true,
+            _ => node.child(i - 1)?.checked_add(1) == Some(child),
+        };
+        if !adjacent || child == 0 || !self.owns(child - 1, 2) {
+            return self.child_node(node, i, p);
+        }
+        let buf = self.store.read_with_previous(child, p, PageClass::Data)?;
+        Node::parse(child, buf, 0)
+    }
+
     /// [`Run::child_node`] for a forward scan: a data page comes through `ahead` when the scan
     /// is not a user read (user reads go through the cache, a page at a time).
     pub(crate) fn child_node_ahead(

@@ -1457,3 +1457,62 @@ fn a_split_value_that_does_not_match_its_spill_is_corruption() {
     let fresh = Arc::new(Run::open(pf.clone(), run.meta().clone()).unwrap());
     verify(&fresh, &m, &mut rng, 3);
 }
+
+/// A lookup of an entry split across two data pages reads both in one device request when the
+/// cache holds neither: the entry is its page's separator whole, and the page it begins on is
+/// the one just before. Counted on a cold cache for every such entry: the index levels, then one
+/// request for the two data pages (a shortened separator, or reading the page before only once
+/// the entry is found, would take two).
+#[test]
+fn a_lookup_of_a_split_entry_reads_its_two_pages_in_one_request() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let (fs, pf) = store();
+    let m = quarter_page_entries(&mut rng, 1200);
+    let run = build(&pf, &m, opts());
+    let file = fs
+        .open(Path::new(DATA), OpenMode::default())
+        .expect("open data file");
+    let mut checked = 0;
+    for (before, _) in spilling_pages(&pf, &run) {
+        let Ok(b) = pf.read_uncached(before + 1, Purpose::Merge) else {
+            continue;
+        };
+        let node = Node::parse(before + 1, Arc::new(b), 0).expect("parse");
+        let (key, want) = match node.data(0) {
+            Ok(item) if matches!(item.value, format::ValueRef::Split { .. }) => {
+                let key = item.key.to_vec();
+                let want = m
+                    .iter()
+                    .find(|e| *e.key == *key)
+                    .expect("in the model")
+                    .clone();
+                (key, want)
+            }
+            _ => continue,
+        };
+        // A cold cache: a page file of its own over the same file, the run opened on it.
+        let cold = Arc::new(PageFile::new(
+            file.clone(),
+            Cache::new(1 << 20),
+            Allocator::new(1),
+            Arc::new(IoCounters::default()),
+        ));
+        let r = Run::open(cold.clone(), run.meta().clone()).expect("open");
+        let ops = |pf: &PageFile| pf.counters().snapshot().read_ops[Purpose::UserRead as usize];
+        let at = ops(&cold);
+        let mut out = Vec::new();
+        r.get(&key, u64::MAX, &mut out).expect("get");
+        assert_eq!(out, vec![want], "seed {s}: page {}", before + 1);
+        let index_levels = u64::from(r.meta().height) - 1;
+        assert_eq!(
+            ops(&cold) - at,
+            index_levels + 1,
+            "seed {s}: the lookup of the split entry beginning page {} read {} times",
+            before + 1,
+            ops(&cold) - at
+        );
+        checked += 1;
+    }
+    assert!(checked >= 100, "seed {s}: only {checked} split entries");
+}

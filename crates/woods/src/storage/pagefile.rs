@@ -142,18 +142,60 @@ impl PageFile {
     /// Reads one page through the cache, verifying its checksum; on a miss the page is cached
     /// as `class` (index pages are kept in preference to data pages, [`PageClass`]).
     pub fn read_as(&self, page: u64, purpose: Purpose, class: PageClass) -> Result<PageRef> {
-        let mut p = match self.cache.probe(page) {
-            Probe::Hit(p) => return Ok(p),
-            Probe::Miss(spare) => {
-                spare.unwrap_or_else(|| Arc::new(AlignedBuf::for_overwrite(PAGE_SIZE)))
-            }
-        };
+        match self.cache.probe(page) {
+            Probe::Hit(p) => Ok(p),
+            Probe::Miss(spare) => self.read_missed(page, spare, purpose, class),
+        }
+    }
+
+    /// Reads page `page`, which the cache missed, into `spare` (the shard's spare buffer, if
+    /// it had one) and caches it as `class`.
+    fn read_missed(
+        &self,
+        page: u64,
+        spare: Option<PageRef>,
+        purpose: Purpose,
+        class: PageClass,
+    ) -> Result<PageRef> {
+        let mut p = spare.unwrap_or_else(|| Arc::new(AlignedBuf::for_overwrite(PAGE_SIZE)));
         match Arc::get_mut(&mut p) {
             Some(buf) => self.read_many_into(page, buf, purpose)?,
             // Not reached: a spare is held by nobody else, and a new buffer is ours.
             None => p = Arc::new(self.read_uncached(page, purpose)?),
         }
         self.cache.insert_as(page, p.clone(), class);
+        Ok(p)
+    }
+
+    /// [`read_as`](PageFile::read_as) of page `page`, reading page `page - 1` with it, in one
+    /// device request, when the cache holds neither. The page before is cached as a data page
+    /// if it verifies (a damaged one fails the read that needs it, not this one). A lookup of
+    /// an entry that begins on the data page before its own (a split entry) so reads both for
+    /// the latency of one request, not two in turn.
+    pub fn read_with_previous(
+        &self,
+        page: u64,
+        purpose: Purpose,
+        class: PageClass,
+    ) -> Result<PageRef> {
+        let spare = match self.cache.probe(page) {
+            Probe::Hit(p) => return Ok(p),
+            Probe::Miss(spare) => spare,
+        };
+        let before_spare = match page.checked_sub(1).map(|b| self.cache.probe(b)) {
+            Some(Probe::Miss(s)) => s,
+            _ => return self.read_missed(page, spare, purpose, class),
+        };
+        let mut both = AlignedBuf::for_overwrite(2 * PAGE_SIZE);
+        read_pages(&*self.file, &self.counters, page - 1, &mut both, purpose)?;
+        let (before, this) = both.split_at(PAGE_SIZE);
+        verify_pages(&self.stamps, page, this)?;
+        let p = page_ref(spare, this);
+        self.cache.insert_as(page, p.clone(), class);
+        if verify_pages(&self.stamps, page - 1, before).is_ok() {
+            self.cache
+                .insert_as(page - 1, page_ref(before_spare, before), PageClass::Data);
+        }
         Ok(p)
     }
 
@@ -307,6 +349,17 @@ impl PendingRead {
 }
 
 /// Reads whole pages into `buf` (aligned, a multiple of `PAGE_SIZE`), unverified.
+/// A page buffer holding `bytes` (one page): `spare` when the caller holds it alone.
+fn page_ref(spare: Option<PageRef>, bytes: &[u8]) -> PageRef {
+    if let Some(mut p) = spare {
+        if let Some(buf) = Arc::get_mut(&mut p).filter(|b| b.len() == bytes.len()) {
+            buf.copy_from_slice(bytes);
+            return p;
+        }
+    }
+    Arc::new(AlignedBuf::from_slice(bytes))
+}
+
 fn read_pages(
     file: &dyn File,
     counters: &IoCounters,
