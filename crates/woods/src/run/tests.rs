@@ -1460,9 +1460,9 @@ fn a_split_value_that_does_not_match_its_spill_is_corruption() {
 
 /// A lookup of an entry split across two data pages reads both in one device request when the
 /// cache holds neither: the entry's whole key is its page's separator, and the page it begins
-/// on is the one just before. Counted on a cold cache for every such entry: the index levels, then one
-/// request for the two data pages (a shortened separator, or reading the page before only once
-/// the entry is found, would take two).
+/// on is the one just before. Counted on a cold cache for every such entry: the index levels,
+/// then one request for the two data pages (a shortened separator, or reading the page before
+/// only once the entry is found, would take two).
 #[test]
 fn a_lookup_of_a_split_entry_reads_its_two_pages_in_one_request() {
     let s = seed();

@@ -348,7 +348,6 @@ impl PendingRead {
     }
 }
 
-/// Reads whole pages into `buf` (aligned, a multiple of `PAGE_SIZE`), unverified.
 /// A page buffer holding `bytes` (one page): `spare` when the caller holds it alone.
 fn page_ref(spare: Option<PageRef>, bytes: &[u8]) -> PageRef {
     if let Some(mut p) = spare {
@@ -360,6 +359,7 @@ fn page_ref(spare: Option<PageRef>, bytes: &[u8]) -> PageRef {
     Arc::new(AlignedBuf::from_slice(bytes))
 }
 
+/// Reads whole pages into `buf` (aligned, a multiple of `PAGE_SIZE`), unverified.
 fn read_pages(
     file: &dyn File,
     counters: &IoCounters,
