@@ -38,7 +38,7 @@ print a table of figures per phase and of ratios to the first engine.
 
 Workloads (--workloads, in the order given; the first must be a load; NAME:OPS gives a phase its \
 own operation count, the others run --ops):
-  fillseq       load records 0..N in key order (db_bench keys)
+  fillseq       load records 0..N in key order (db_bench keys; with --hashed-keys, the records sorted by their hashed keys: a bulk load)
   fillrandom    load records 0..N, each once, in uniformly random key order (db_bench keys)
   fillmixed     load records 0..N, each once: --sequential-percent P of the inserts extend an ascending run (records 0..N*P/100, the low end of the key space), evenly interleaved with the others' inserts in uniformly random order (db_bench keys; SplinterDB's locality sweep)
   overwrite     puts of new versions of records chosen uniformly at random
@@ -72,6 +72,7 @@ readrandom (unless --ops 0).
 
 Keys: fillseq, fillrandom and fillmixed load db_bench's keys (record i as 8 big-endian bytes, then '0' up \
 to --key-size; with --hashed-keys, fillseq and fillrandom write splitmix64(i) in their place, a \
+random record order: fillseq then loads the records in ascending key order, fillrandom in \
 random key order); ycsb-load loads YCSB's (\"user\" and the decimal of fnvhash64(i), zero-padded \
 to --key-size, which must be at least 24). Values: --value-size bytes, a function of the \
 record, a version advanced by every write, and the seed. Every get and every scanned entry is \
@@ -209,8 +210,9 @@ pub struct BenchArgs {
     pub window: u64,
     /// fillseq and fillrandom load hashed keys: splitmix64 of the record as 8 big-endian bytes,
     /// then '0' up to --key-size, so that records inserted later (fd-w-*, search-insert) land
-    /// uniformly among the loaded ones, as the FD-tree paper's uniform keys do [default:
-    /// db_bench keys, in record order].
+    /// uniformly among the loaded ones, as the FD-tree paper's uniform keys do; fillseq loads
+    /// them in ascending key order (a bulk load), fillrandom in random order [default: db_bench
+    /// keys, in record order].
     #[arg(long)]
     pub hashed_keys: bool,
     /// Request distribution of every YCSB phase [default: each workload's own: latest for

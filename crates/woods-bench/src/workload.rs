@@ -27,7 +27,7 @@ use crate::engine::{
     self, BenchError, BenchResult, Engine, EngineConfig, ExtraEngines, OwnCounters,
 };
 use crate::expected::{after_delete, after_put, is_absent, version, Expected, Window};
-use crate::gen::{KeyFormat, Keys, Permutation, Values};
+use crate::gen::{HashedKeyOrder, KeyFormat, Keys, Permutation, Values};
 use crate::metrics::{disk_bytes, Latency, ProcIo, Recorder, Usage};
 
 /// One phase of a run.
@@ -902,6 +902,8 @@ struct Ctx<'a> {
     /// YCSB's record choosers, built before the clock starts (zeta takes a while).
     chooser: Option<Chooser>,
     permutation: Option<LoadOrder>,
+    /// `fillseq` of hashed keys: records in ascending key order (a bulk load).
+    key_order: Option<HashedKeyOrder>,
     /// When the clients stop (`RunSpec::duration`).
     deadline: Option<Instant>,
 }
@@ -957,6 +959,8 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         Workload::FillMixed => Some(LoadOrder::mixed(ops, spec.sequential_percent, spec.seed)),
         _ => None,
     };
+    let key_order = (w == Workload::FillSeq && s.keys.format() == KeyFormat::Hashed)
+        .then(|| HashedKeyOrder::new(ops));
 
     // Syncs the file system first: what earlier phases dirtied is not counted in this one.
     let device = w.writes().then(|| DeviceProbe::start(&spec.dir));
@@ -974,6 +978,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         failed: AtomicBool::new(false),
         chooser,
         permutation,
+        key_order,
         deadline: cut_after(s).map(|d| Instant::now() + d),
     };
     // The device's read count around the operations alone: the open reads metadata and
@@ -1367,7 +1372,11 @@ impl<'a> Client<'a> {
         let mut ops = None;
         match s.phase.workload {
             Workload::FillSeq | Workload::YcsbLoad => {
-                for i in lo..hi {
+                let records: Box<dyn Iterator<Item = u64>> = match &ctx.key_order {
+                    Some(order) => Box::new(order.range(lo, hi)),
+                    None => Box::new(lo..hi),
+                };
+                for i in records {
                     self.put(i)?;
                     if !self.tick(1) {
                         break;

@@ -172,6 +172,33 @@ fn mixes_with_several_clients() {
     assert!(r.phases[3].ops >= live(&r.phases[2]));
 }
 
+/// `fillseq` of hashed keys loads every record once (in ascending key order, a bulk load:
+/// `gen::HashedKeyOrder`, whose slices for several clients its unit test cuts), and the mixes
+/// run on what it loaded: a scan of everything meets each record once, checked.
+#[test]
+fn hashed_fillseq_loads_every_record_and_the_mixes_run_on_it() {
+    let _serial = serial();
+    let seed = seed();
+    let tmp = tempfile::tempdir().unwrap();
+    let s = spec(
+        tmp.path(),
+        "woods:btree",
+        &[
+            (Workload::FillSeq, 0),
+            (Workload::ReadSeq, 10 * RECORDS),
+            (Workload::FdWInsert, OPS),
+            (Workload::ReadSeq, 10 * RECORDS),
+        ],
+        seed,
+    );
+    let r = run(&s).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    assert_eq!((r.phases[0].ops, live(&r.phases[0])), (RECORDS, RECORDS));
+    assert_eq!((r.phases[1].ops, r.phases[1].checked), (RECORDS, RECORDS));
+    let m = &r.phases[2].mix;
+    let present = RECORDS + m.inserts - m.deletes;
+    assert_eq!((r.phases[3].ops, r.phases[3].checked), (present, present));
+}
+
 /// Records left by a loaded run of YCSB keys (24 bytes) interleave too: the mixes run there.
 #[test]
 fn mixes_run_on_ycsb_keys() {
