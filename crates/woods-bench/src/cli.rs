@@ -145,7 +145,9 @@ Engines: woods:btree, woods:btree-buffered, woods:lsm, woods:nbtree, woods:stbe,
 woods:iam, woods:fdtree, woods:fdtree-d, woods:pbt (every woods index kind; also \
 woods:btree-buffered:POLICY for fullest-leaf, random-ball and golden-gate, and \
 woods:nbtree-sC for C in 1, 2, 4, 8: nbtree with σ = C memtables, and woods:iam-mM-kK for M in \
-2, 3 and K in 1, 2, 3: iam with its mixed level and k fixed; any of them followed by +whole, \
+2, 3 and K in 1, 2, 3: iam with its mixed level and k fixed, and woods:fdtree-k10 and \
+woods:fdtree-d-k10: fdtree with its capacity ratio k fixed at 10 (lsm's) instead of the cost \
+model's; any of them followed by +whole, \
 e.g. woods:lsm+whole: Options::split_entries off, every run entry whole in one page), and with \
 the `peers` cargo feature \
 rocksdb (Debian's librocksdb 7.8.3), leveldb (Debian's libleveldb 1.23, C API), lmdb (heed), \

@@ -216,7 +216,7 @@ pub const WHOLE_SUFFIX: &str = "+whole";
 
 /// woods engines with other parameters than their kind's defaults, known by name but not run
 /// by default.
-pub const WOODS_VARIANTS: [&str; 14] = [
+pub const WOODS_VARIANTS: [&str; 16] = [
     "woods:pbt-nomerge",
     "woods:btree-buffered:fullest-leaf",
     "woods:btree-buffered:random-ball",
@@ -231,6 +231,8 @@ pub const WOODS_VARIANTS: [&str; 14] = [
     "woods:iam-m3-k1",
     "woods:iam-m3-k2",
     "woods:iam-m3-k3",
+    "woods:fdtree-k10",
+    "woods:fdtree-d-k10",
 ];
 
 /// Every engine name this build knows, woods index kinds first.

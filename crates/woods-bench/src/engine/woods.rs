@@ -35,6 +35,16 @@ fn variant(kind: &str) -> Option<IndexKind> {
             ..Default::default()
         }));
     }
+    // `fdtree-kK`, `fdtree-d-kK`: the capacity ratio k fixed (`FdTreeParams::ratio`) instead
+    // of the cost model's, for the paper's comparison at one tuning (its LSM-tree shares the
+    // FD-tree's k; `fdtree-k10` takes the `lsm` kind's ratio).
+    if let Some((deamortized, k)) = fixed_fd_k(kind) {
+        return Some(IndexKind::FdTree(woods::FdTreeParams {
+            deamortized,
+            ratio: k,
+            ..Default::default()
+        }));
+    }
     // `iam-mM-kK`: the mixed level and its k fixed (`IamParams::fixed_m`, `fixed_k`), for the
     // paper's Table 3 (the effect of k with the mixed level held in place).
     let (m, k) = fixed_mk(kind)?;
@@ -43,6 +53,16 @@ fn variant(kind: &str) -> Option<IndexKind> {
         fixed_k: k,
         ..Default::default()
     }))
+}
+
+/// `fdtree-kK` and `fdtree-d-kK` (K at least 2) as (de-amortized, K).
+fn fixed_fd_k(kind: &str) -> Option<(bool, u32)> {
+    let (deamortized, k) = match kind.strip_prefix("fdtree-d-k") {
+        Some(k) => (true, k),
+        None => (false, kind.strip_prefix("fdtree-k")?),
+    };
+    let k = k.parse::<u32>().ok()?;
+    (k >= 2).then_some((deamortized, k))
 }
 
 /// `iam-mM-kK` (both at least 1) as (M, K).
@@ -59,7 +79,8 @@ fn err(what: &str, e: woods::Error) -> BenchError {
 impl WoodsEngine {
     /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`; `pbt-nomerge`:
     /// `pbt` with partition merge off, `PbtParams::max_partitions` 0; `nbtree-sC`: `nbtree`
-    /// with σ = C memtables; `iam-mM-kK`: `iam` with m = M and k = K fixed; any of them followed
+    /// with σ = C memtables; `iam-mM-kK`: `iam` with m = M and k = K fixed; `fdtree-kK`,
+    /// `fdtree-d-kK`: `fdtree` (de-amortized) with k = K fixed; any of them followed
     /// by `+whole`: `Options::split_entries` off) in `dir`. The
     /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
     /// cache; the write-ahead log is on with buffered durability, as for every engine, or with
@@ -198,7 +219,23 @@ impl Engine for WoodsEngine {
 
 #[cfg(test)]
 mod tests {
-    use super::fixed_mk;
+    use super::{fixed_fd_k, fixed_mk};
+
+    #[test]
+    fn fdtree_variants_name_their_k() {
+        assert_eq!(fixed_fd_k("fdtree-k10"), Some((false, 10)));
+        assert_eq!(fixed_fd_k("fdtree-d-k10"), Some((true, 10)));
+        for bad in [
+            "fdtree",
+            "fdtree-d",
+            "fdtree-k1",
+            "fdtree-kx",
+            "fdtree-d-k",
+            "lsm-k10",
+        ] {
+            assert_eq!(fixed_fd_k(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn iam_variants_name_their_m_and_k() {
