@@ -617,8 +617,11 @@ impl Index for FdTree {
         Ok(())
     }
 
-    /// One sorted source per level, all from one version. Deviation: each level is positioned
-    /// through its run's own index, not by the fence span of the level above (spec §4.2).
+    /// One sorted source per level that holds entries, all from one version. Deviation: each
+    /// level is positioned through its run's own index, not by the fence span of the level
+    /// above (spec §4.2). A level of fences only (every level above the one a cascade ended at,
+    /// until head-tree merges refill it) has nothing for a reader, and a scan of it would read
+    /// it to its end looking for an entry: it gets no source.
     fn iter(
         &self,
         lo: Bound<Vec<u8>>,
@@ -627,7 +630,7 @@ impl Index for FdTree {
     ) -> Result<Vec<EntryIter>> {
         let v = self.version();
         let mut out: Vec<EntryIter> = Vec::with_capacity(v.levels.len());
-        for l in &v.levels {
+        for l in v.levels.iter().filter(|l| l.entries() > 0) {
             out.push(Box::new(Pinned {
                 _v: v.clone(),
                 it: l

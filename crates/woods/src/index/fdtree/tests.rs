@@ -358,6 +358,79 @@ fn levels_above_a_cascade_hold_only_fences() {
     assert!(deep > 0, "no cascade reached L3");
 }
 
+/// A range scan right after a cascade that ended at L_j (j >= 3) reads nothing of the levels
+/// above L_j: they hold fences only, and a scan of one would read it to its end looking for an
+/// entry. It touches no more pages than the same scan of L_j's run alone, and returns what the
+/// model holds from its start.
+#[test]
+fn a_scan_reads_nothing_of_levels_that_hold_only_fences() {
+    let mut h = Harness::new(params(3, false));
+    let mut model = Model::new();
+    let mut next = 0u64;
+    for round in 0..200 {
+        let ops: Vec<_> = (0..150)
+            .map(|_| {
+                next += 1;
+                (key(next.wrapping_mul(7919) % 1_000_003), Some(vec![1u8; 8]))
+            })
+            .collect();
+        h.absorb(&ops, &mut model, u64::MAX);
+        let v = h.tree.version();
+        let with_entries: Vec<usize> = (0..v.levels.len())
+            .filter(|&i| v.levels[i].entries() > 0)
+            .collect();
+        if with_entries.first().is_none_or(|&i| i < 2) {
+            continue;
+        }
+        // L1 and L2 hold fences only.
+        let lj = with_entries[0];
+        let from = key(500_000);
+        let sources = h
+            .tree
+            .iter(Bound::Included(from.clone()), Bound::Unbounded, false)
+            .expect("iter");
+        assert_eq!(sources.len(), with_entries.len(), "round {round}");
+        let accesses = || {
+            let c = h.ctx.store.cache().stats();
+            c.hits + c.misses
+        };
+        let take = |sources: Vec<EntryIter>| -> Vec<Vec<u8>> {
+            MergeIter::new(sources, false)
+                .take(5)
+                .map(|e| e.expect("entry").key.to_vec())
+                .collect()
+        };
+        let before = accesses();
+        let got = take(sources);
+        let tree_pages = accesses() - before;
+        let want: Vec<Vec<u8>> = model
+            .range(from.clone()..)
+            .take(5)
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(got, want, "round {round}");
+        if with_entries.len() == 1 {
+            let run = v.levels[lj].run().expect("run").clone();
+            let alone: Vec<EntryIter> = vec![Box::new(run.iter(
+                Bound::Included(from),
+                Bound::Unbounded,
+                false,
+                Purpose::UserRead,
+            ))];
+            let before = accesses();
+            assert_eq!(take(alone), want);
+            let alone_pages = accesses() - before;
+            assert!(
+                tree_pages <= alone_pages,
+                "round {round}: the scan touched {tree_pages} pages, L{} alone {alone_pages}",
+                lj + 1
+            );
+            return;
+        }
+    }
+    panic!("no cascade left L1 and L2 with fences only and one level below");
+}
+
 /// Spec §8 test 8 / §4.5: a merge that reaches the lowest level drops tombstones with what
 /// they hide; deleting everything empties the tree (no level is left, correction 4 for the
 /// levels above is moot), and the check passes all along.
