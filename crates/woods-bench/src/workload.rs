@@ -901,9 +901,8 @@ struct Ctx<'a> {
     failed: AtomicBool,
     /// YCSB's record choosers, built before the clock starts (zeta takes a while).
     chooser: Option<Chooser>,
-    permutation: Option<LoadOrder>,
-    /// `fillseq` of hashed keys: records in ascending key order (a bulk load).
-    key_order: Option<HashedKeyOrder>,
+    /// The loads not in record order: which record each position inserts.
+    load_order: Option<LoadOrder>,
     /// When the clients stop (`RunSpec::duration`).
     deadline: Option<Instant>,
 }
@@ -915,6 +914,8 @@ enum LoadOrder {
     /// `fillmixed`: `seq` of the `n` positions, spread evenly, take records `0..seq` in order;
     /// the others take records `seq..n` in the order of `rest`.
     Mixed { n: u64, seq: u64, rest: Permutation },
+    /// `fillseq` of hashed keys: records in ascending key order (a bulk load).
+    KeySorted(HashedKeyOrder),
 }
 
 impl LoadOrder {
@@ -927,21 +928,22 @@ impl LoadOrder {
         }
     }
 
-    /// The record at position `p` (`p < n`).
-    fn at(&self, p: u64) -> u64 {
+    /// The records at positions `lo..hi` (`hi <= n`), in order.
+    fn records(&self, lo: u64, hi: u64) -> Box<dyn Iterator<Item = u64> + '_> {
         match self {
-            LoadOrder::Random(perm) => perm.at(p),
-            LoadOrder::Mixed { n, seq, rest } => {
+            LoadOrder::Random(perm) => Box::new((lo..hi).map(|p| perm.at(p))),
+            &LoadOrder::Mixed { n, seq, ref rest } => Box::new((lo..hi).map(move |p| {
                 // Sequential positions before p, and whether p is one: position p is sequential
                 // when floor(p * seq / n) steps up at p + 1 (Bresenham's spread).
-                let before = (u128::from(p) * u128::from(*seq) / u128::from(*n)) as u64;
-                let upto = (u128::from(p + 1) * u128::from(*seq) / u128::from(*n)) as u64;
+                let before = (u128::from(p) * u128::from(seq) / u128::from(n)) as u64;
+                let upto = (u128::from(p + 1) * u128::from(seq) / u128::from(n)) as u64;
                 if upto > before {
                     before
                 } else {
                     seq + rest.at(p - before)
                 }
-            }
+            })),
+            LoadOrder::KeySorted(order) => Box::new(order.range(lo, hi)),
         }
     }
 }
@@ -954,13 +956,14 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
     let ops = spec.ops(&s.phase);
     let threads = spec.threads;
     let chooser = Chooser::new(s, ops);
-    let permutation = match w {
+    let load_order = match w {
         Workload::FillRandom => Some(LoadOrder::Random(Permutation::new(ops, spec.seed))),
         Workload::FillMixed => Some(LoadOrder::mixed(ops, spec.sequential_percent, spec.seed)),
+        Workload::FillSeq if s.keys.format() == KeyFormat::Hashed => {
+            Some(LoadOrder::KeySorted(HashedKeyOrder::new(ops)))
+        }
         _ => None,
     };
-    let key_order = (w == Workload::FillSeq && s.keys.format() == KeyFormat::Hashed)
-        .then(|| HashedKeyOrder::new(ops));
 
     // Syncs the file system first: what earlier phases dirtied is not counted in this one.
     let device = w.writes().then(|| DeviceProbe::start(&spec.dir));
@@ -977,8 +980,7 @@ fn run_phase(s: &Shared, open: Opener) -> BenchResult<(PhaseResult, Option<Strin
         done: AtomicU64::new(0),
         failed: AtomicBool::new(false),
         chooser,
-        permutation,
-        key_order,
+        load_order,
         deadline: cut_after(s).map(|d| Instant::now() + d),
     };
     // The device's read count around the operations alone: the open reads metadata and
@@ -1371,25 +1373,13 @@ impl<'a> Client<'a> {
         // counts its entries).
         let mut ops = None;
         match s.phase.workload {
-            Workload::FillSeq | Workload::YcsbLoad => {
-                let records: Box<dyn Iterator<Item = u64>> = match &ctx.key_order {
-                    Some(order) => Box::new(order.range(lo, hi)),
+            Workload::FillSeq | Workload::YcsbLoad | Workload::FillRandom | Workload::FillMixed => {
+                let records = match &ctx.load_order {
+                    Some(order) => order.records(lo, hi),
                     None => Box::new(lo..hi),
                 };
                 for i in records {
                     self.put(i)?;
-                    if !self.tick(1) {
-                        break;
-                    }
-                }
-            }
-            Workload::FillRandom | Workload::FillMixed => {
-                let perm = ctx
-                    .permutation
-                    .as_ref()
-                    .expect("fillrandom and fillmixed have a load order");
-                for p in lo..hi {
-                    self.put(perm.at(p))?;
                     if !self.tick(1) {
                         break;
                     }
@@ -2108,8 +2098,9 @@ mod tests {
                 let mut seen = vec![false; n as usize];
                 let mut next_seq = 0;
                 let mut seq_positions = Vec::new();
-                for p in 0..n {
-                    let r = order.at(p);
+                let records: Vec<u64> = order.records(0, n).collect();
+                assert_eq!(records.len() as u64, n, "n {n} {percent}%");
+                for (p, r) in (0..n).zip(records) {
                     assert!(r < n && !seen[r as usize], "n {n} {percent}%: {r} at {p}");
                     seen[r as usize] = true;
                     if r < seq {
