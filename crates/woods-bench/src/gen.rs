@@ -275,7 +275,7 @@ impl Keys {
             }
             KeyFormat::Ycsb => ycsb_key_into(fnvhash64(i as i64), self.key_size, out),
             KeyFormat::Hashed => {
-                out.extend_from_slice(&splitmix64(i).to_be_bytes());
+                out.extend_from_slice(&hashed_key(i).to_be_bytes());
                 out.resize(self.key_size, b'0');
             }
         }
@@ -476,6 +476,12 @@ impl Permutation {
     }
 }
 
+/// The first 8 bytes of record `i`'s hashed key ([`KeyFormat::Hashed`]), big-endian: hashed
+/// keys order as these do ([`HashedKeyOrder`]).
+fn hashed_key(i: u64) -> u64 {
+    splitmix64(i)
+}
+
 /// Records `0..n` in ascending order of their hashed keys ([`KeyFormat::Hashed`]: `splitmix64(i)`
 /// big-endian): the order of a bulk load, which `fillseq` writes with `--hashed-keys`.
 ///
@@ -504,7 +510,7 @@ impl HashedKeyOrder {
             .trailing_zeros();
         let mut starts = vec![0u64; (1usize << bits) + 1];
         for i in 0..n {
-            starts[Self::bucket_of(bits, splitmix64(i)) + 1] += 1;
+            starts[Self::bucket_of(bits, hashed_key(i)) + 1] += 1;
         }
         for b in 1..starts.len() {
             starts[b] += starts[b - 1];
@@ -524,7 +530,7 @@ impl HashedKeyOrder {
             .take_while(move |&b| self.starts[b] < hi)
             .flat_map(move |b| {
                 let mut bucket: Vec<(u64, u64)> = (0..self.n)
-                    .map(|i| (splitmix64(i), i))
+                    .map(|i| (hashed_key(i), i))
                     .filter(|&(k, _)| Self::bucket_of(self.bits, k) == b)
                     .collect();
                 bucket.sort_unstable();
@@ -549,7 +555,7 @@ mod tests {
             let all: Vec<u64> = order.range(0, n).collect();
             assert_eq!(all.len() as u64, n, "n {n}");
             assert!(
-                all.windows(2).all(|w| splitmix64(w[0]) < splitmix64(w[1])),
+                all.windows(2).all(|w| hashed_key(w[0]) < hashed_key(w[1])),
                 "n {n}"
             );
             let mut seen = all.clone();
