@@ -43,6 +43,19 @@ fn key(i: u64) -> Vec<u8> {
     format!("k{i:08}").into_bytes()
 }
 
+/// Batch `c` of 150 puts whose keys scatter over the key space (records `150c + 1..=150c + 150`,
+/// multiplied by a prime modulo another): small head trees, so that cascades reach L3 soon.
+fn small_scattered_batch(c: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    (1..=150)
+        .map(|i| {
+            (
+                key((c * 150 + i).wrapping_mul(7919) % 1_000_003),
+                Some(vec![1u8; 8]),
+            )
+        })
+        .collect()
+}
+
 /// Batch `c` of 300 puts whose keys scatter over the key space (records `300c..300c + 300`,
 /// multiplied by a prime modulo another).
 fn scattered_batch(c: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
@@ -317,15 +330,9 @@ fn search_reads_one_page_per_level() {
 fn levels_above_a_cascade_hold_only_fences() {
     let mut h = Harness::new(params(3, false));
     let mut model = Model::new();
-    let mut next = 0u64;
     let mut deep = 0;
-    for _ in 0..80 {
-        let ops: Vec<_> = (0..150)
-            .map(|_| {
-                next += 1;
-                (key(next.wrapping_mul(7919) % 1_000_003), Some(vec![1u8; 8]))
-            })
-            .collect();
+    for c in 0..80 {
+        let ops = small_scattered_batch(c);
         let before = h.tree.counters.ended_at.lock().clone();
         h.absorb(&ops, &mut model, u64::MAX);
         let after = h.tree.counters.ended_at.lock().clone();
@@ -366,14 +373,8 @@ fn levels_above_a_cascade_hold_only_fences() {
 fn a_scan_reads_nothing_of_levels_that_hold_only_fences() {
     let mut h = Harness::new(params(3, false));
     let mut model = Model::new();
-    let mut next = 0u64;
     for round in 0..200 {
-        let ops: Vec<_> = (0..150)
-            .map(|_| {
-                next += 1;
-                (key(next.wrapping_mul(7919) % 1_000_003), Some(vec![1u8; 8]))
-            })
-            .collect();
+        let ops = small_scattered_batch(round);
         h.absorb(&ops, &mut model, u64::MAX);
         let v = h.tree.version();
         let with_entries: Vec<usize> = (0..v.levels.len())
