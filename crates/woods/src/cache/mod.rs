@@ -246,7 +246,19 @@ impl Cache {
         self.reserved.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Takes back a charge of [`Cache::reserve`].
+    /// [`Cache::reserve`] if all charges then stay within half the cache's bytes (true), else
+    /// nothing (false): what a run's partitioned filter asks before it stays in memory whole;
+    /// a filter refused is read a page at a time through the cache instead.
+    pub fn try_reserve(&self, bytes: u64) -> bool {
+        let limit = self.capacity as u64 * PAGE_SIZE as u64 / 2;
+        self.reserved
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                r.checked_add(bytes).filter(|&t| t <= limit)
+            })
+            .is_ok()
+    }
+
+    /// Takes back a charge of [`Cache::reserve`] or [`Cache::try_reserve`].
     pub fn unreserve(&self, bytes: u64) {
         let _ = self
             .reserved
@@ -716,6 +728,23 @@ mod tests {
         fill(&c, 30_000);
         assert_eq!(held(&c, 30_000), 256);
         assert_eq!(c.stats().reserved_bytes, 0);
+    }
+
+    /// `try_reserve` charges only while all charges stay within half the cache, counting the
+    /// unconditional ones.
+    #[test]
+    fn try_reserve_stops_at_half_the_cache() {
+        let page = PAGE_SIZE as u64;
+        let c = Cache::new(256 * page);
+        assert!(c.try_reserve(100 * page));
+        assert!(!c.try_reserve(29 * page), "129 pages is past half of 256");
+        assert!(c.try_reserve(28 * page));
+        assert!(!c.try_reserve(1));
+        c.unreserve(28 * page);
+        c.reserve(20 * page);
+        assert!(!c.try_reserve(9 * page), "the unconditional charge counts");
+        assert!(c.try_reserve(8 * page));
+        assert_eq!(c.stats().reserved_bytes, 128 * page);
     }
 
     /// The row cache's bytes come out of the pages' share: rows held shrink the pages held.

@@ -23,7 +23,7 @@ const HEADER: usize = 10;
 /// Fewest bits a filter has, so that tiny filters are not all ones.
 const MIN_BITS: u64 = 64;
 /// Most probes a filter may ask for.
-const MAX_PROBES: u8 = 30;
+pub(crate) const MAX_PROBES: u8 = 30;
 
 const P1: u64 = 0x9E37_79B1_85EB_CA87;
 const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
@@ -137,6 +137,36 @@ impl Probes {
     }
 }
 
+/// Sets the `k` probe bits of hash `h` in the bit array `array` of `bits` bits (`array` holds
+/// at least ⌈bits/8⌉ bytes): the positions of the format, shared by every bloom layout.
+pub(crate) fn set_bits(array: &mut [u8], bits: u64, k: u8, h: u64) {
+    let mut p = Probes::new(h, bits, Probes::wrap_of(bits));
+    for _ in 0..k {
+        let bit = p.next_bit();
+        array[(bit / 8) as usize] |= 1 << (bit % 8);
+    }
+}
+
+/// Whether every one of the `k` probe bits of hash `h` is set in `array` (`bits` bits, `wrap`
+/// = `2^64 mod bits`); a bit past the array's end counts as clear.
+#[inline]
+fn test_bits(array: &[u8], bits: u64, wrap: u64, k: u8, h: u64) -> bool {
+    let mut p = Probes::new(h, bits, wrap);
+    for _ in 0..k {
+        let bit = p.next_bit();
+        match array.get((bit / 8) as usize) {
+            Some(byte) if byte & (1 << (bit % 8)) != 0 => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// [`test_bits`] for a filter probed once (its `wrap` computed here).
+pub(crate) fn test_bits_once(array: &[u8], bits: u64, k: u8, h: u64) -> bool {
+    test_bits(array, bits, Probes::wrap_of(bits), k, h)
+}
+
 /// Collects key hashes and produces the serialized filter sized for them.
 ///
 /// It keeps one `u64` per added key until [`BloomBuilder::finish`], since the number of keys
@@ -227,13 +257,8 @@ impl BloomFinish {
         let n = (budget / usize::from(self.k).max(1)).max(1);
         let end = self.pos.saturating_add(n).min(self.hashes.len());
         let array = &mut self.out[HEADER..];
-        let wrap = Probes::wrap_of(self.bits);
         for &h in &self.hashes[self.pos..end] {
-            let mut p = Probes::new(h, self.bits, wrap);
-            for _ in 0..self.k {
-                let bit = p.next_bit();
-                array[(bit / 8) as usize] |= 1 << (bit % 8);
-            }
+            set_bits(array, self.bits, self.k, h);
         }
         self.pos = end;
         end == self.hashes.len()
@@ -299,16 +324,7 @@ impl Bloom {
 
     /// [`Bloom::may_contain`] for a key already hashed with [`hash64`].
     pub fn may_contain_hash(&self, h: u64) -> bool {
-        let array = &self.data[HEADER..];
-        let mut p = Probes::new(h, self.bits, self.wrap);
-        for _ in 0..self.k {
-            let bit = p.next_bit();
-            match array.get((bit / 8) as usize) {
-                Some(byte) if byte & (1 << (bit % 8)) != 0 => {}
-                _ => return false,
-            }
-        }
-        true
+        test_bits(&self.data[HEADER..], self.bits, self.wrap, self.k, h)
     }
 
     /// The serialized form.

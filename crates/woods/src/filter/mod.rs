@@ -1,16 +1,22 @@
 //! Filters over run keys: probabilistic membership tests that let a lookup skip a run whose
 //! pages cannot hold the key.
 //!
-//! - [`bloom`]: a classic bloom filter with double hashing, stored with each run.
+//! - [`bloom`]: a classic bloom filter with double hashing (the runs of databases written
+//!   before partitioned filters, and `pbt`'s partitions).
+//! - [`partitioned`]: bloom filters of a page each over consecutive key ranges, what runs are
+//!   built with now: a lookup reads one page of it, so a run's filter need not be in memory.
 //! - [`quotient`]: a quotient filter (rank-and-select layout), bulk-built from sorted hashes.
 //!
-//! Both hash a key once with [`hash64`]; the serialized form of each starts with a filter-kind
-//! byte (1 bloom, 2 quotient), which is how a run's reader tells them apart ([`Filter`]).
+//! Each hashes a key once with [`hash64`]; the serialized form of each starts with a
+//! filter-kind byte (1 bloom, 2 quotient, 4 a partition of a partitioned filter), which is how
+//! a run's reader tells them apart ([`Filter`]).
 
 pub mod bloom;
+pub mod partitioned;
 pub mod quotient;
 
 pub use bloom::{hash64, hash64_seeded, Bloom, BloomBuilder, BloomFinish};
+pub use partitioned::{PartitionIndex, PartitionedBloom, PartitionedBuilder};
 pub use quotient::{QuotientBuilder, QuotientFilter, QuotientFinish};
 
 use crate::error::{Error, Result};
@@ -20,17 +26,19 @@ use crate::error::{Error, Result};
 pub enum FilterSpec {
     /// No filter.
     None,
-    /// A bloom filter of `bits_per_key` bits per distinct key.
+    /// A bloom filter of `bits_per_key` bits per distinct key, partitioned by key range
+    /// ([`partitioned`]).
     Bloom { bits_per_key: u32 },
     /// A quotient filter with `remainder_bits` bits per remainder (false-positive rate about
     /// 0.9 · 2⁻ʳ).
     Quotient { remainder_bits: u32 },
 }
 
-/// A loaded filter of either kind.
+/// A loaded filter of any kind.
 #[derive(Clone, Debug)]
 pub enum Filter {
     Bloom(Bloom),
+    Partitioned(PartitionedBloom),
     Quotient(QuotientFilter),
 }
 
@@ -41,28 +49,33 @@ impl Filter {
             Some(&quotient::KIND_QUOTIENT) => {
                 QuotientFilter::from_bytes(data).map(Filter::Quotient)
             }
+            Some(&partitioned::KIND_PARTITION) => {
+                PartitionedBloom::from_bytes(data).map(Filter::Partitioned)
+            }
             Some(_) => Bloom::from_bytes(data).map(Filter::Bloom),
             None => Err(Error::corruption("filter", None, "empty filter")),
         }
     }
 
-    /// Whether a key with this [`hash64`] may be present (`false` is certain).
-    pub fn may_contain_hash(&self, h: u64) -> bool {
+    /// Whether `key`, whose [`hash64`] is `h`, may be present (`false` is certain).
+    pub fn may_contain_hashed(&self, key: &[u8], h: u64) -> bool {
         match self {
             Filter::Bloom(b) => b.may_contain_hash(h),
+            Filter::Partitioned(p) => p.may_contain_hashed(key, h),
             Filter::Quotient(q) => q.may_contain_hash(h),
         }
     }
 
     /// Whether `key` may be present (`false` is certain).
     pub fn may_contain(&self, key: &[u8]) -> bool {
-        self.may_contain_hash(hash64(key))
+        self.may_contain_hashed(key, hash64(key))
     }
 
     /// The serialized form (what the filter occupies in memory).
     pub fn as_bytes(&self) -> &[u8] {
         match self {
             Filter::Bloom(b) => b.as_bytes(),
+            Filter::Partitioned(p) => p.as_bytes(),
             Filter::Quotient(q) => q.as_bytes(),
         }
     }
@@ -71,7 +84,7 @@ impl Filter {
 /// Collects the keys of a run being built, for either filter kind.
 #[derive(Debug)]
 pub(crate) enum FilterBuilder {
-    Bloom(BloomBuilder),
+    Partitioned(PartitionedBuilder),
     Quotient(QuotientBuilder),
 }
 
@@ -80,9 +93,9 @@ impl FilterBuilder {
     pub(crate) fn for_spec(spec: FilterSpec) -> Option<FilterBuilder> {
         match spec {
             FilterSpec::None => None,
-            FilterSpec::Bloom { bits_per_key } if bits_per_key > 0 => {
-                Some(FilterBuilder::Bloom(BloomBuilder::new(bits_per_key)))
-            }
+            FilterSpec::Bloom { bits_per_key } if bits_per_key > 0 => Some(
+                FilterBuilder::Partitioned(PartitionedBuilder::new(bits_per_key)),
+            ),
             FilterSpec::Bloom { .. } => None,
             FilterSpec::Quotient { remainder_bits } => Some(FilterBuilder::Quotient(
                 QuotientBuilder::new(remainder_bits),
@@ -92,14 +105,14 @@ impl FilterBuilder {
 
     pub(crate) fn add_key(&mut self, key: &[u8]) {
         match self {
-            FilterBuilder::Bloom(b) => b.add_key(key),
+            FilterBuilder::Partitioned(b) => b.add_key(key),
             FilterBuilder::Quotient(q) => q.add_key(key),
         }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         match self {
-            FilterBuilder::Bloom(b) => b.is_empty(),
+            FilterBuilder::Partitioned(b) => b.is_empty(),
             FilterBuilder::Quotient(q) => q.is_empty(),
         }
     }
@@ -107,8 +120,10 @@ impl FilterBuilder {
     /// Starts building the filter in bounded steps.
     pub(crate) fn start_finish(self) -> FilterFinish {
         match self {
-            FilterBuilder::Bloom(b) => FilterFinish::Bloom(b.start_finish()),
-            FilterBuilder::Quotient(q) => FilterFinish::Quotient(q.start_finish()),
+            // A partition's bits are set when it fills: what is left is one partition and the
+            // separators.
+            FilterBuilder::Partitioned(b) => FilterFinish::Partitioned(b.finish()),
+            FilterBuilder::Quotient(q) => FilterFinish::Quotient(Box::new(q.start_finish())),
         }
     }
 }
@@ -116,15 +131,16 @@ impl FilterBuilder {
 /// A filter of either kind being built in bounded steps.
 #[derive(Debug)]
 pub(crate) enum FilterFinish {
-    Bloom(BloomFinish),
-    Quotient(QuotientFinish),
+    /// Complete (`None`: no key was added).
+    Partitioned(Option<Vec<u8>>),
+    Quotient(Box<QuotientFinish>),
 }
 
 impl FilterFinish {
     /// Does about `budget` keys' worth of work; true when the filter is complete.
     pub(crate) fn step(&mut self, budget: usize) -> bool {
         match self {
-            FilterFinish::Bloom(b) => b.step(budget),
+            FilterFinish::Partitioned(_) => true,
             FilterFinish::Quotient(q) => q.step(budget),
         }
     }
@@ -132,7 +148,7 @@ impl FilterFinish {
     /// The serialized filter (once `step` returned true).
     pub(crate) fn into_bytes(self) -> Vec<u8> {
         match self {
-            FilterFinish::Bloom(b) => b.into_bytes(),
+            FilterFinish::Partitioned(b) => b.unwrap_or_default(),
             FilterFinish::Quotient(q) => q.into_bytes(),
         }
     }
@@ -158,7 +174,7 @@ mod tests {
         };
         let b = Filter::from_bytes(finish(b)).expect("bloom loads");
         let q = Filter::from_bytes(finish(q)).expect("quotient loads");
-        assert!(matches!(b, Filter::Bloom(_)));
+        assert!(matches!(b, Filter::Partitioned(_)));
         assert!(matches!(q, Filter::Quotient(_)));
         for i in 0..100u32 {
             assert!(b.may_contain(&i.to_le_bytes()) && q.may_contain(&i.to_le_bytes()));

@@ -32,7 +32,7 @@ use crate::cache::{PageClass, PageRef};
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
-use crate::filter::{hash64, Filter};
+use crate::filter::{hash64, partitioned, Filter, PartitionIndex};
 use crate::storage::{AlignedBuf, Extent, PageFile, PendingRead, Purpose, PAGE_SIZE};
 use format::{
     at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
@@ -303,11 +303,22 @@ pub struct Run {
     store: Arc<PageFile>,
     meta: RunMeta,
     tree_root: u64,
-    filter: Option<Filter>,
+    filter: Option<RunFilter>,
     /// `meta.extents` sorted by start, for checking that page references stay inside the run.
     sorted: Vec<Extent>,
     /// Bytes of the in-memory filter charged to the store's cache while the run is open.
     charged: u64,
+}
+
+/// Where an open run's filter is.
+enum RunFilter {
+    /// Whole in memory: a bloom or quotient filter, or a partitioned one that fit within the
+    /// cache's share for filters ([`crate::cache::Cache::try_reserve`]).
+    Loaded(Filter),
+    /// A partitioned filter that did not: its separators in memory, and each lookup reads the
+    /// one filter page its key needs through the cache, as an index page (first partition at
+    /// `meta.filter_page`).
+    Paged(PartitionIndex),
 }
 
 impl Drop for Run {
@@ -365,33 +376,100 @@ impl Run {
         run.tree_root = h.tree_root;
         // A damaged filter page loses no data: the run opens without its filter (every lookup
         // then searches it) and `check` reports the damage.
-        run.filter = match run.read_filter(Purpose::UserRead) {
-            Ok(f) => f,
-            Err(Error::Corruption { .. }) => None,
+        match run.open_filter() {
+            Ok(()) => {}
+            Err(Error::Corruption { .. }) => {
+                run.filter = None;
+                run.store.cache().unreserve(run.charged);
+                run.charged = 0;
+            }
             Err(e) => return Err(e),
-        };
-        run.charge_filter();
+        }
         Ok(run)
     }
 
-    /// Charges the in-memory filter to the cache (see [`crate::cache::Cache::reserve`]), so
-    /// that `cache_bytes` bounds the filters of open runs with the pages.
-    fn charge_filter(&mut self) {
-        let bytes = self
-            .filter
-            .as_ref()
-            .map_or(0, |f| f.as_bytes().len() as u64);
-        self.store.cache().reserve(bytes);
-        self.charged = bytes;
+    /// Reads the filter at open, and charges what of it stays in memory to the cache (see
+    /// [`crate::cache::Cache::reserve`]), so that `cache_bytes` bounds the filters of open runs
+    /// with the pages. A partitioned filter stays whole in memory while the cache's share for
+    /// filters has room for it, else only its separators do (it is read a page at a time);
+    /// a bloom or quotient filter is read whole.
+    fn open_filter(&mut self) -> Result<()> {
+        let (first, n) = (self.meta.filter_page, self.meta.filter_pages);
+        if n == 0 {
+            return Ok(());
+        }
+        self.check_filter_extent()?;
+        let head = self.store.read_uncached(first, Purpose::UserRead)?;
+        let partitioned =
+            filter_payload(first, &head)?.first() == Some(&partitioned::KIND_PARTITION);
+        let whole = n * PAYLOAD as u64;
+        if partitioned && !self.store.cache().try_reserve(whole) {
+            let index = self.read_partition_index()?;
+            let bytes = index.memory() as u64;
+            self.store.cache().reserve(bytes);
+            self.charged = bytes;
+            self.filter = Some(RunFilter::Paged(index));
+            return Ok(());
+        }
+        // Charged (at most `whole`) before the read, for the read's buffers.
+        self.charged = if partitioned { whole } else { 0 };
+        if let Some(f) = self.read_filter(Purpose::UserRead)? {
+            let bytes = f.as_bytes().len() as u64;
+            if partitioned {
+                self.store.cache().unreserve(whole - bytes.min(whole));
+            } else {
+                self.store.cache().reserve(bytes);
+            }
+            self.charged = bytes;
+            self.filter = Some(RunFilter::Loaded(f));
+        }
+        Ok(())
+    }
+
+    /// Reads a partitioned filter's index section from its last pages.
+    fn read_partition_index(&self) -> Result<PartitionIndex> {
+        let (first, n) = (self.meta.filter_page, self.meta.filter_pages);
+        let last = first + n - 1;
+        let tail = self.store.read_uncached(last, Purpose::UserRead)?;
+        let tail = filter_payload(last, &tail)?;
+        let total = (n - 1) * PAYLOAD as u64 + tail.len() as u64;
+        let (parts, len) = PartitionIndex::trailer(tail).map_err(|e| at_page(e, last))?;
+        let start = partitioned::section_start(parts, len, total).map_err(|e| at_page(e, last))?;
+        let from = start / PAYLOAD as u64;
+        let bytes = self.read_filter_bytes(first + from, n - from, Purpose::UserRead)?;
+        let section = bytes
+            .get((start - from * PAYLOAD as u64) as usize..)
+            .ok_or_else(|| corrupt(first + from, "filter pages shorter than their trailer says"))?;
+        PartitionIndex::parse(section, parts).map_err(|e| at_page(e, first + from))
     }
 
     /// Finishes `builder` and opens the result without reading back what the builder still
-    /// has in memory (tree root, filter).
+    /// has in memory (tree root, filter): a partitioned filter stays in memory as at open
+    /// ([`Run::open`]).
     pub fn from_builder(builder: RunBuilder) -> Result<Run> {
         let (store, meta, tree_root, filter) = builder.finish_parts()?;
         let filter = filter.map(Filter::from_bytes).transpose()?;
-        let mut run = Run::assemble(store, meta, tree_root, filter);
-        run.charge_filter();
+        let mut run = Run::assemble(store, meta, tree_root, None);
+        run.filter = match filter {
+            Some(Filter::Partitioned(p)) => {
+                let whole = p.as_bytes().len() as u64;
+                if run.store.cache().try_reserve(whole) {
+                    run.charged = whole;
+                    Some(RunFilter::Loaded(Filter::Partitioned(p)))
+                } else {
+                    let index = p.index().clone();
+                    run.charged = index.memory() as u64;
+                    run.store.cache().reserve(run.charged);
+                    Some(RunFilter::Paged(index))
+                }
+            }
+            Some(f) => {
+                run.charged = f.as_bytes().len() as u64;
+                run.store.cache().reserve(run.charged);
+                Some(RunFilter::Loaded(f))
+            }
+            None => None,
+        };
         Ok(run)
     }
 
@@ -408,7 +486,7 @@ impl Run {
         store: Arc<PageFile>,
         meta: RunMeta,
         tree_root: u64,
-        filter: Option<Filter>,
+        filter: Option<RunFilter>,
     ) -> Run {
         use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -425,31 +503,40 @@ impl Run {
         }
     }
 
+    /// Reads the whole filter into memory (`None`: the run has none).
     fn read_filter(&self, purpose: Purpose) -> Result<Option<Filter>> {
         let (first, n) = (self.meta.filter_page, self.meta.filter_pages);
         if n == 0 {
             return Ok(None);
         }
+        self.check_filter_extent()?;
+        let bytes = self.read_filter_bytes(first, n, purpose)?;
+        Filter::from_bytes(bytes)
+            .map(Some)
+            .map_err(|e| at_page(e, first))
+    }
+
+    fn check_filter_extent(&self) -> Result<()> {
+        let (first, n) = (self.meta.filter_page, self.meta.filter_pages);
         if !self.owns(first, n) {
             return Err(corrupt(
                 first,
                 format!("{n} filter pages lie outside the run's extents"),
             ));
         }
+        Ok(())
+    }
+
+    /// The payloads of filter pages `first..first + n`, back to back.
+    fn read_filter_bytes(&self, first: u64, n: u64, purpose: Purpose) -> Result<Vec<u8>> {
         let buf = self.store.read_many(first, n as usize, purpose)?;
         let mut bytes = Vec::with_capacity(n as usize * PAYLOAD);
         for (i, p) in buf.chunks_exact(PAGE_SIZE).enumerate() {
-            let page = first + i as u64;
-            let h = header(page, p, PAGE_FILTER)?;
-            let part = p
-                .get(HEADER_LEN..HEADER_LEN + h.aux as usize)
-                .filter(|_| h.aux as usize <= PAYLOAD)
-                .ok_or_else(|| corrupt(page, format!("filter page claims {} bytes", h.aux)))?;
-            bytes.extend_from_slice(part);
+            bytes.extend_from_slice(filter_payload(first + i as u64, p)?);
         }
-        Filter::from_bytes(bytes)
-            .map(Some)
-            .map_err(|e| at_page(e, first))
+        // A run holding its filter keeps these bytes: not the last page's unused room.
+        bytes.shrink_to_fit();
+        Ok(bytes)
     }
 
     /// Whether pages `start..start + n` lie inside one of the run's extents.
@@ -472,19 +559,53 @@ impl Run {
     }
 
     /// The filter check: `false` means no version of `key` is in the run. Always `true` for a
-    /// run built without a filter.
+    /// run built without a filter, and where a filter page cannot be read.
     pub fn may_contain(&self, key: &[u8]) -> bool {
-        self.filter.as_ref().is_none_or(|f| f.may_contain(key))
+        self.may_contain_hashed(key, hash64(key))
     }
 
     /// [`Run::may_contain`] for a key already hashed with [`hash64`].
-    pub fn may_contain_hash(&self, h: u64) -> bool {
-        self.filter.as_ref().is_none_or(|f| f.may_contain_hash(h))
+    pub fn may_contain_hashed(&self, key: &[u8], h: u64) -> bool {
+        self.filter_says(key, h).unwrap_or(true)
     }
 
-    /// The run's filter, if it has one (bloom or quotient).
+    /// The filter check, reading the filter's page if it is paged (an I/O error reading it is
+    /// the error).
+    fn filter_says(&self, key: &[u8], h: u64) -> Result<bool> {
+        match &self.filter {
+            None => Ok(true),
+            Some(RunFilter::Loaded(f)) => Ok(f.may_contain_hashed(key, h)),
+            Some(RunFilter::Paged(index)) => {
+                let Some(i) = index.partition(key) else {
+                    return Ok(false);
+                };
+                let page = self.meta.filter_page + i as u64;
+                let said = self
+                    .store
+                    .read_as(page, Purpose::UserRead, PageClass::Index)
+                    .and_then(|buf| partitioned::probe_partition(filter_payload(page, &buf)?, h));
+                match said {
+                    // A damaged filter page loses no data, as at open: the run is searched
+                    // (`check` reports the damage).
+                    Err(Error::Corruption { .. }) => Ok(true),
+                    r => r,
+                }
+            }
+        }
+    }
+
+    /// The run's filter, if it has one in memory (bloom, partitioned or quotient).
     pub fn filter(&self) -> Option<&Filter> {
-        self.filter.as_ref()
+        match &self.filter {
+            Some(RunFilter::Loaded(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Whether the run's filter is read a page at a time (it did not fit the cache's share
+    /// for filters when the run opened).
+    pub fn filter_is_paged(&self) -> bool {
+        matches!(self.filter, Some(RunFilter::Paged(_)))
     }
 
     fn load(&self, page: u64, level: u8, purpose: Purpose) -> Result<Node> {
@@ -861,7 +982,7 @@ impl Run {
         if self.meta.height == 0
             || key < self.meta.min_key.as_slice()
             || key > self.meta.max_key.as_slice()
-            || !self.may_contain_hash(hash)
+            || !self.filter_says(key, hash)?
         {
             return Ok(());
         }
@@ -1251,6 +1372,14 @@ impl Run {
         let (k, s) = first.ok_or_else(|| corrupt(node.page, "index page without children"))?;
         Ok((entries, bytes, k, s))
     }
+}
+
+/// The payload of filter page `page` (its `aux` bytes after the header).
+fn filter_payload(page: u64, p: &[u8]) -> Result<&[u8]> {
+    let h = header(page, p, PAGE_FILTER)?;
+    p.get(HEADER_LEN..HEADER_LEN + h.aux as usize)
+        .filter(|_| h.aux as usize <= PAYLOAD)
+        .ok_or_else(|| corrupt(page, format!("filter page claims {} bytes", h.aux)))
 }
 
 /// A run known from its metadata and opened (header and filter read) on first use, as

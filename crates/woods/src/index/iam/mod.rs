@@ -388,7 +388,9 @@ impl IamTree {
         let page = PAGE_SIZE as u64;
         let chunk = self.run_options(Purpose::Merge).extent_pages;
         let keys = self.node_bytes.saturating_mul(2) / 16 + 1;
-        let filter = (keys * u64::from(self.params.bloom_bits_per_key)).div_ceil(8 * page) + 1;
+        // A partition page per `keys_per_partition` keys, and the separators' page(s).
+        let per = crate::filter::partitioned::keys_per_partition(self.params.bloom_bits_per_key);
+        let filter = keys.div_ceil(per as u64) + 2;
         (budget.div_ceil(page) + entry_bytes.div_ceil(page)) * 2 + 2 * chunk + filter + 2
     }
 

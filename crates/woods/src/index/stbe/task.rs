@@ -160,7 +160,7 @@ impl Probe {
             let m = b.meta();
             key >= m.min_key.as_slice()
                 && key <= m.max_key.as_slice()
-                && b.run().is_ok_and(|r| r.may_contain_hash(h))
+                && b.run().is_ok_and(|r| r.may_contain_hashed(key, h))
         });
         if hit {
             self.hits += 1;
