@@ -86,6 +86,10 @@ impl Harness {
     }
 
     fn reopen(&mut self) {
+        // As a crash would: nothing more is committed by the index being replaced (its
+        // committer could otherwise commit after the manifest is read, and the new index
+        // allocate what that commit names).
+        self.tree.stop();
         let (ctx, state) = reopen_fault_ctx(&self.fs, MEMTABLE);
         self.ctx = ctx;
         self.tree = FdTree::open(

@@ -86,6 +86,10 @@ impl H {
     }
 
     fn reopen(&mut self) {
+        // As a crash would: nothing more is committed by the index being replaced (its
+        // committer could otherwise commit after the manifest is read, and the new index
+        // allocate what that commit names).
+        self.tree.stop();
         let (ctx, state) = reopen_fault_ctx(&self.fs, C_T);
         self.tree = Iam::open(
             ctx,

@@ -166,6 +166,10 @@ impl Harness {
     /// Reopens the index from what the manifest holds (as after a crash: uncommitted work
     /// and the memtable are lost, the model is rebuilt from what the index returns).
     fn reopen(&mut self) {
+        // As a crash would: nothing more is committed by the index being replaced (its
+        // committer could otherwise commit after the manifest is read, and the new index
+        // allocate what that commit names).
+        self.index.stop();
         let st = self.ctx.manifest.state();
         let alloc = Allocator::from_allocated(1, &st.allocated);
         let file = self
