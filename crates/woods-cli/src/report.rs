@@ -173,6 +173,13 @@ pub fn print_stats(kind: &IndexKind, s: &Stats) -> io::Result<()> {
         bytes(c.capacity_pages * woods::storage::PAGE_SIZE as u64),
         bytes(c.reserved_bytes)
     )?;
+    if c.paged_filters > 0 {
+        writeln!(
+            o,
+            "  paged filters     {} (runs whose filter did not fit half the cache: a lookup reads its page)",
+            c.paged_filters
+        )?;
+    }
     let rate = |hits: u64, misses: u64| {
         if hits + misses == 0 {
             "n/a".to_string()

@@ -205,6 +205,7 @@ impl Engine for WoodsEngine {
                 c.insert("cache_index_pages".into(), cache.index_pages);
                 c.insert("cache_index_evictions".into(), cache.index_evictions);
                 c.insert("cache_reserved_bytes".into(), cache.reserved_bytes);
+                c.insert("cache_paged_filters".into(), cache.paged_filters);
                 // The Db's waits by cause (rotation, pacing wait, pacing step).
                 c.extend(st.waits.into_iter().map(|(k, v)| (format!("db_{k}"), v)));
                 c

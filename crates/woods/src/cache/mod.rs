@@ -168,6 +168,9 @@ pub struct CacheStats {
     pub capacity_pages: u64,
     /// Bytes charged to the cache by [`Cache::reserve`] (filters of open runs).
     pub reserved_bytes: u64,
+    /// Open runs whose filter did not fit the half of the cache filters may take whole, and is
+    /// read a page at a time through the cache ([`Cache::try_reserve`]).
+    pub paged_filters: u64,
     /// Page reads answered from the cache.
     pub hits: u64,
     /// Page reads that went to the device.
@@ -195,6 +198,8 @@ pub struct Cache {
     capacity: usize,
     /// Bytes charged by [`Cache::reserve`]; each shard holds fewer frames by its share.
     reserved: AtomicU64,
+    /// [`CacheStats::paged_filters`].
+    paged_filters: AtomicU64,
     rows: RowCache,
 }
 
@@ -230,6 +235,7 @@ impl Cache {
             shards,
             capacity: per * SHARDS,
             reserved: AtomicU64::new(0),
+            paged_filters: AtomicU64::new(0),
             rows: RowCache::new(row_bytes),
         }
     }
@@ -256,6 +262,16 @@ impl Cache {
                 r.checked_add(bytes).filter(|&t| t <= limit)
             })
             .is_ok()
+    }
+
+    /// Counts an open run whose filter is paged (+1) or such a run closed (-1)
+    /// ([`CacheStats::paged_filters`]).
+    pub fn count_paged_filter(&self, open: bool) {
+        if open {
+            self.paged_filters.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.paged_filters.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// Takes back a charge of [`Cache::reserve`] or [`Cache::try_reserve`].
@@ -448,6 +464,7 @@ impl Cache {
         CacheStats {
             capacity_pages: self.capacity as u64,
             reserved_bytes: self.reserved.load(Ordering::Relaxed),
+            paged_filters: self.paged_filters.load(Ordering::Relaxed),
             hits,
             misses,
             evictions,

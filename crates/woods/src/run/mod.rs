@@ -324,6 +324,9 @@ enum RunFilter {
 impl Drop for Run {
     fn drop(&mut self) {
         self.store.cache().unreserve(self.charged);
+        if self.filter_is_paged() {
+            self.store.cache().count_paged_filter(false);
+        }
     }
 }
 
@@ -409,6 +412,7 @@ impl Run {
             self.store.cache().reserve(bytes);
             self.charged = bytes;
             self.filter = Some(RunFilter::Paged(index));
+            self.store.cache().count_paged_filter(true);
             return Ok(());
         }
         // Charged (at most `whole`) before the read, for the read's buffers.
@@ -460,6 +464,7 @@ impl Run {
                     let index = p.index().clone();
                     run.charged = index.memory() as u64;
                     run.store.cache().reserve(run.charged);
+                    run.store.cache().count_paged_filter(true);
                     Some(RunFilter::Paged(index))
                 }
             }

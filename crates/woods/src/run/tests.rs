@@ -1016,6 +1016,7 @@ fn a_filter_larger_than_its_share_of_the_cache_is_read_a_page_at_a_time() {
     let opened = Arc::new(Run::open(pf.clone(), meta.clone()).unwrap());
     assert!(opened.filter_is_paged());
     assert_eq!(reserved(&pf), 2 * index_bytes, "opened from its metadata");
+    assert_eq!(pf.cache().stats().paged_filters, 2);
     // The same filter in memory (a cache with room for it) says the same for every key.
     let (_fs2, big) = store_with(Cache::new(1 << 20));
     let whole = build(&big, &m, opts());
@@ -1068,6 +1069,7 @@ fn a_filter_larger_than_its_share_of_the_cache_is_read_a_page_at_a_time() {
     assert!(damaged.check().is_err());
     drop((built, opened, damaged));
     assert_eq!(reserved(&pf), 0);
+    assert_eq!(pf.cache().stats().paged_filters, 0);
 }
 
 /// A lazy run reads nothing until used; a damaged header fails the use, not the creation, and
