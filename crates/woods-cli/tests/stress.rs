@@ -37,10 +37,15 @@ fn scale() -> u64 {
 }
 
 fn stress(kind: &str, secs: u64, seed: u64, dir: Option<&Path>) -> Output {
+    stress_with(kind, secs, seed, dir, &["--keys", "2000"])
+}
+
+fn stress_with(kind: &str, secs: u64, seed: u64, dir: Option<&Path>, args: &[&str]) -> Output {
     let mut c = Command::new(BIN);
     c.args(["stress", "--index", kind])
         .args(["--duration", &format!("{}s", secs * scale())])
-        .args(["--kill-interval", "700ms", "--keys", "2000"])
+        .args(["--kill-interval", "700ms"])
+        .args(args)
         .args(["--seed", &seed.to_string()]);
     if let Some(d) = dir {
         c.arg("--dir").arg(d);
@@ -88,6 +93,60 @@ fn stress_survives_random_kills_for_every_kind() {
         // Every round killed after its start checks the database; the last checks it twice.
         assert!(verifications >= 2, "{kind}: {verifications} verifications");
     }
+}
+
+/// With a cache of 16 pages, runs' bloom filters pass the half of it they may take whole: runs
+/// read their filters a page at a time through the cache (`filter::partitioned`), and kills
+/// and recoveries lose nothing there either. The database each run leaves is opened with that
+/// cache after it, to show that its filters are paged there.
+#[test]
+fn stress_with_filters_read_a_page_at_a_time() {
+    let s = seed("stress_with_filters_read_a_page_at_a_time");
+    // Rounds of 6 s resume the run in the same directory until some filter passes its share
+    // (at 10 bits a key, about 26,000 keys fill the half; an idle machine writes about 40,000
+    // in 5 s), at most four, so that a loaded machine only takes longer.
+    for kind in ["lsm", "nbtree"] {
+        let d = tempfile::tempdir().expect("tempdir");
+        let args = ["--keys", "100000", "--cache-bytes", "64K"];
+        let mut paged = 0;
+        for _ in 0..4 {
+            let o = stress_with(kind, 6, s, Some(d.path()), &args);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "woods stress --index {kind} failed"
+            );
+            let (kills, verifications) = kills_and_verifications(&o);
+            assert!(
+                kills >= 1 && verifications >= 2,
+                "{kind}: {kills} kills, {verifications} verifications"
+            );
+            let db = Db::open(
+                d.path().join("db"),
+                Options {
+                    merge_operator: Some(Arc::new(StressMerge)),
+                    cache_bytes: 64 << 10,
+                    ..Options::default()
+                },
+            )
+            .expect("opening the stress database");
+            // A lookup of every key opens every run.
+            for id in 0..100_000u32 {
+                db.get(woods_cli::stress_model::key(id)).expect("get");
+            }
+            paged = db.stats().cache.paged_filters;
+            db.close().expect("close");
+            if paged > 0 {
+                break;
+            }
+        }
+        assert!(
+            paged > 0,
+            "{kind}: no run's filter is paged with a 64K cache"
+        );
+    }
+    let o = stress_with("lsm", 1, s, None, &["--cache-bytes", "32K"]);
+    assert_eq!(o.status.code(), Some(2), "a cache under 64K is refused");
 }
 
 /// Opens a database `woods stress` wrote, with its merge operator.

@@ -39,6 +39,8 @@ pub struct ChildArgs {
     pub seed: u64,
     #[arg(long)]
     pub memtable_bytes: u64,
+    #[arg(long)]
+    pub cache_bytes: u64,
     /// Arm the pause points in one round of two.
     #[arg(long)]
     pub pauses: bool,
@@ -99,6 +101,7 @@ fn open(a: &ChildArgs, base: &Options, background_threads: usize) -> Res<Db> {
     let opts = Options {
         index: Some(kind),
         memtable_bytes: a.memtable_bytes,
+        cache_bytes: a.cache_bytes,
         merge_operator: Some(Arc::new(StressMerge)),
         background_threads,
         ..base.clone()

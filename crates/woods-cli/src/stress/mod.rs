@@ -104,6 +104,10 @@ pub struct StressArgs {
     /// kill.
     #[arg(long, value_name = "B", default_value = "128K", value_parser = parse_size)]
     pub memtable_bytes: u64,
+    /// Cache size in bytes (at least 64K): a small one makes runs read their filters a page at
+    /// a time and pages come and go from the cache while the rounds run.
+    #[arg(long, value_name = "B", default_value = "64M", value_parser = parse_size)]
+    pub cache_bytes: u64,
     /// Directory of the run [default: a new one under the temporary directory, removed if the
     /// run passes].
     #[arg(long, value_name = "DIR")]
@@ -219,6 +223,9 @@ pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
             "--memtable-bytes must be at least 64K (a batch of long values must fit)".into(),
         ));
     }
+    if a.cache_bytes < 64 << 10 {
+        return Err(CliError::Msg("--cache-bytes must be at least 64K".into()));
+    }
     let seed = a.seed.unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -239,7 +246,7 @@ pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
         .map_err(|e| CliError::Msg(format!("cannot find this binary to run rounds: {e}")))?;
     println!(
         "woods stress: {}, {:.0} s, {} writers, {} readers, {} keys, memtable {} bytes, kill \
-         interval {:.1} s, seed {seed}, directory {}",
+         interval {:.1} s, cache {} bytes, seed {seed}, directory {}",
         a.index,
         a.duration.as_secs_f64(),
         a.threads,
@@ -247,6 +254,7 @@ pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
         a.keys,
         a.memtable_bytes,
         a.kill_interval.as_secs_f64(),
+        a.cache_bytes,
         dir.display()
     );
     let start = Instant::now();
@@ -299,7 +307,7 @@ pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
                  round found them, before its recovery, in {} (resume that copy with --dir to \
                  replay the round's recovery; rerun: woods \
                  {}stress --index {} --seed {seed} --duration {}ms --threads {} --readers {} \
-                 --keys {} --memtable-bytes {} --kill-interval {}ms)",
+                 --keys {} --memtable-bytes {} --cache-bytes {} --kill-interval {}ms)",
                 a.index,
                 t.rounds,
                 t.kills,
@@ -312,6 +320,7 @@ pub fn stress(a: &StressArgs, no_direct_io: bool) -> CliResult<u8> {
                 a.readers,
                 a.keys,
                 a.memtable_bytes,
+                a.cache_bytes,
                 a.kill_interval.as_millis()
             );
             Ok(code)
@@ -355,6 +364,7 @@ impl Run<'_> {
             .args(["--keys", &a.keys.to_string()])
             .args(["--seed", &splitmix64(self.seed ^ round).to_string()])
             .args(["--memtable-bytes", &a.memtable_bytes.to_string()])
+            .args(["--cache-bytes", &a.cache_bytes.to_string()])
             .args(a.pauses.then_some("--pauses"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
