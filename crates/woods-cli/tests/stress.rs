@@ -121,15 +121,7 @@ fn stress_with_filters_read_a_page_at_a_time() {
                 kills >= 1 && verifications >= 2,
                 "{kind}: {kills} kills, {verifications} verifications"
             );
-            let db = Db::open(
-                d.path().join("db"),
-                Options {
-                    merge_operator: Some(Arc::new(StressMerge)),
-                    cache_bytes: 64 << 10,
-                    ..Options::default()
-                },
-            )
-            .expect("opening the stress database");
+            let db = open_stress_db_with(d.path(), 64 << 10);
             // A lookup of every key opens every run.
             for id in 0..100_000u32 {
                 db.get(woods_cli::stress_model::key(id)).expect("get");
@@ -151,8 +143,14 @@ fn stress_with_filters_read_a_page_at_a_time() {
 
 /// Opens a database `woods stress` wrote, with its merge operator.
 fn open_stress_db(dir: &Path) -> Db {
+    open_stress_db_with(dir, Options::default().cache_bytes)
+}
+
+/// [`open_stress_db`] with a cache of `cache_bytes`.
+fn open_stress_db_with(dir: &Path, cache_bytes: u64) -> Db {
     let opts = Options {
         merge_operator: Some(Arc::new(StressMerge)),
+        cache_bytes,
         ..Options::default()
     };
     Db::open(dir.join("db"), opts).expect("opening the stress database")

@@ -402,45 +402,74 @@ impl Run {
             return Ok(());
         }
         self.check_filter_extent()?;
+        // The first page says the kind; it is the first piece of the whole filter too.
         let head = self.store.read_uncached(first, Purpose::UserRead)?;
-        let partitioned =
-            filter_payload(first, &head)?.first() == Some(&partitioned::KIND_PARTITION);
+        let head = filter_payload(first, &head)?;
+        let partitioned = head.first() == Some(&partitioned::KIND_PARTITION);
         let whole = n * PAYLOAD as u64;
         if partitioned && !self.store.cache().try_reserve(whole) {
-            let index = self.read_partition_index()?;
-            let bytes = index.memory() as u64;
-            self.store.cache().reserve(bytes);
-            self.charged = bytes;
-            self.filter = Some(RunFilter::Paged(index));
-            self.store.cache().count_paged_filter(true);
+            let index = self.read_partition_index(head)?;
+            self.keep_paged(index);
             return Ok(());
         }
         // Charged (at most `whole`) before the read, for the read's buffers.
         self.charged = if partitioned { whole } else { 0 };
-        if let Some(f) = self.read_filter(Purpose::UserRead)? {
+        let mut bytes = Vec::with_capacity(n as usize * PAYLOAD);
+        bytes.extend_from_slice(head);
+        self.read_filter_bytes(&mut bytes, first + 1, n - 1, Purpose::UserRead)?;
+        let f = Filter::from_bytes(bytes).map_err(|e| at_page(e, first))?;
+        if partitioned {
             let bytes = f.as_bytes().len() as u64;
-            if partitioned {
-                self.store.cache().unreserve(whole - bytes.min(whole));
-            } else {
-                self.store.cache().reserve(bytes);
-            }
-            self.charged = bytes;
-            self.filter = Some(RunFilter::Loaded(f));
+            self.store.cache().unreserve(whole - bytes.min(whole));
         }
+        self.keep_loaded(f, partitioned);
         Ok(())
     }
 
-    /// Reads a partitioned filter's index section from its last pages.
-    fn read_partition_index(&self) -> Result<PartitionIndex> {
+    /// Keeps `f` whole in memory, charged to the cache (`reserved`: its bytes already are).
+    fn keep_loaded(&mut self, f: Filter, reserved: bool) {
+        let bytes = f.as_bytes().len() as u64;
+        if !reserved {
+            self.store.cache().reserve(bytes);
+        }
+        self.charged = bytes;
+        self.filter = Some(RunFilter::Loaded(f));
+    }
+
+    /// Keeps only the separators of a partitioned filter, charged to the cache.
+    fn keep_paged(&mut self, index: PartitionIndex) {
+        self.charged = index.memory() as u64;
+        self.store.cache().reserve(self.charged);
+        self.store.cache().count_paged_filter(true);
+        self.filter = Some(RunFilter::Paged(index));
+    }
+
+    /// Reads a partitioned filter's index section, which ends on its last page and mostly
+    /// lies there (`head`: the first page's payload, which is the last page of a one-page
+    /// filter).
+    fn read_partition_index(&self, head: &[u8]) -> Result<PartitionIndex> {
         let (first, n) = (self.meta.filter_page, self.meta.filter_pages);
         let last = first + n - 1;
-        let tail = self.store.read_uncached(last, Purpose::UserRead)?;
-        let tail = filter_payload(last, &tail)?;
+        let buf;
+        let tail = if n == 1 {
+            head
+        } else {
+            buf = self.store.read_uncached(last, Purpose::UserRead)?;
+            filter_payload(last, &buf)?
+        };
         let total = (n - 1) * PAYLOAD as u64 + tail.len() as u64;
         let (parts, len) = PartitionIndex::trailer(tail).map_err(|e| at_page(e, last))?;
         let start = partitioned::section_start(parts, len, total).map_err(|e| at_page(e, last))?;
         let from = start / PAYLOAD as u64;
-        let bytes = self.read_filter_bytes(first + from, n - from, Purpose::UserRead)?;
+        // The pages before the last that hold some of the section (none, mostly), then the last.
+        let mut bytes = Vec::new();
+        self.read_filter_bytes(
+            &mut bytes,
+            first + from,
+            (n - 1).saturating_sub(from),
+            Purpose::UserRead,
+        )?;
+        bytes.extend_from_slice(tail);
         let section = bytes
             .get((start - from * PAYLOAD as u64) as usize..)
             .ok_or_else(|| corrupt(first + from, "filter pages shorter than their trailer says"))?;
@@ -454,27 +483,17 @@ impl Run {
         let (store, meta, tree_root, filter) = builder.finish_parts()?;
         let filter = filter.map(Filter::from_bytes).transpose()?;
         let mut run = Run::assemble(store, meta, tree_root, None);
-        run.filter = match filter {
+        match filter {
             Some(Filter::Partitioned(p)) => {
-                let whole = p.as_bytes().len() as u64;
-                if run.store.cache().try_reserve(whole) {
-                    run.charged = whole;
-                    Some(RunFilter::Loaded(Filter::Partitioned(p)))
+                if run.store.cache().try_reserve(p.as_bytes().len() as u64) {
+                    run.keep_loaded(Filter::Partitioned(p), true);
                 } else {
-                    let index = p.index().clone();
-                    run.charged = index.memory() as u64;
-                    run.store.cache().reserve(run.charged);
-                    run.store.cache().count_paged_filter(true);
-                    Some(RunFilter::Paged(index))
+                    run.keep_paged(p.index().clone());
                 }
             }
-            Some(f) => {
-                run.charged = f.as_bytes().len() as u64;
-                run.store.cache().reserve(run.charged);
-                Some(RunFilter::Loaded(f))
-            }
-            None => None,
-        };
+            Some(f) => run.keep_loaded(f, false),
+            None => {}
+        }
         Ok(run)
     }
 
@@ -515,7 +534,8 @@ impl Run {
             return Ok(None);
         }
         self.check_filter_extent()?;
-        let bytes = self.read_filter_bytes(first, n, purpose)?;
+        let mut bytes = Vec::with_capacity(n as usize * PAYLOAD);
+        self.read_filter_bytes(&mut bytes, first, n, purpose)?;
         Filter::from_bytes(bytes)
             .map(Some)
             .map_err(|e| at_page(e, first))
@@ -532,16 +552,24 @@ impl Run {
         Ok(())
     }
 
-    /// The payloads of filter pages `first..first + n`, back to back.
-    fn read_filter_bytes(&self, first: u64, n: u64, purpose: Purpose) -> Result<Vec<u8>> {
-        let buf = self.store.read_many(first, n as usize, purpose)?;
-        let mut bytes = Vec::with_capacity(n as usize * PAYLOAD);
-        for (i, p) in buf.chunks_exact(PAGE_SIZE).enumerate() {
-            bytes.extend_from_slice(filter_payload(first + i as u64, p)?);
+    /// Appends the payloads of filter pages `first..first + n` to `bytes`, and gives back the
+    /// room it has left (a run holding its filter keeps these bytes: not the last page's
+    /// unused room).
+    fn read_filter_bytes(
+        &self,
+        bytes: &mut Vec<u8>,
+        first: u64,
+        n: u64,
+        purpose: Purpose,
+    ) -> Result<()> {
+        if n > 0 {
+            let buf = self.store.read_many(first, n as usize, purpose)?;
+            for (i, p) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+                bytes.extend_from_slice(filter_payload(first + i as u64, p)?);
+            }
         }
-        // A run holding its filter keeps these bytes: not the last page's unused room.
         bytes.shrink_to_fit();
-        Ok(bytes)
+        Ok(())
     }
 
     /// Whether pages `start..start + n` lie inside one of the run's extents.

@@ -1072,6 +1072,43 @@ fn a_filter_larger_than_its_share_of_the_cache_is_read_a_page_at_a_time() {
     assert_eq!(pf.cache().stats().paged_filters, 0);
 }
 
+/// A paged filter whose separators are long spans several pages with its index section: the
+/// run reads them back at open (from the last partition's page on) and finds every key.
+#[test]
+fn a_paged_filter_reads_an_index_section_of_several_pages() {
+    let (_fs, pf) = store_with(Cache::new(16 * PAGE_SIZE as u64));
+    let prefix = vec![b'x'; 1000];
+    let key = |i: u32| [prefix.as_slice(), format!("{i:08}").as_bytes()].concat();
+    let m: Vec<Entry> = (0..5_000u32)
+        .map(|i| Entry::new(&key(i * 2), u64::from(i) + 1, Kind::Put, b"v"))
+        .collect();
+    let o = RunOptions {
+        bloom_bits_per_key: 64,
+        ..opts()
+    };
+    let meta = build(&pf, &m, o).meta().clone();
+    let run = Run::open(pf.clone(), meta.clone()).unwrap();
+    assert!(run.filter_is_paged());
+    // 10 partitions of 507 keys, each separator about 1,000 bytes: three pages of index.
+    let partitions = 5_000u64.div_ceil(partitioned::keys_per_partition(64) as u64);
+    assert!(
+        meta.filter_pages >= partitions + 2,
+        "{} filter pages for {partitions} partitions",
+        meta.filter_pages
+    );
+    let mut out = Vec::new();
+    for e in &m {
+        out.clear();
+        run.get(&e.key, u64::MAX, &mut out).unwrap();
+        assert_eq!(out, std::slice::from_ref(e));
+    }
+    let absent = (0..5_000u32)
+        .filter(|&i| run.may_contain(&key(i * 2 + 1)))
+        .count();
+    assert!(absent < 50, "{absent} of 5,000 absent keys pass the filter");
+    assert_eq!(run.check().unwrap(), m.len() as u64);
+}
+
 /// A lazy run reads nothing until used; a damaged header fails the use, not the creation, and
 /// a later use after the damage is repaired opens it.
 #[test]
