@@ -95,17 +95,18 @@ fn stress_survives_random_kills_for_every_kind() {
     }
 }
 
-/// With a cache of 16 pages, runs' bloom filters pass the half of it they may take whole: runs
-/// read their filters a page at a time through the cache (`filter::partitioned`), and kills
-/// and recoveries lose nothing there either. The database each run leaves is opened with that
+/// With a cache of 16 pages, runs' filters pass the half of it they may take whole: runs read
+/// their filters a page at a time through the cache (`filter::partitioned` for `lsm` and
+/// `nbtree`, `stbe`'s quotient filters by block), and kills and recoveries lose nothing there
+/// either. The database each run leaves is opened with that
 /// cache after it, to show that its filters are paged there.
 #[test]
 fn stress_with_filters_read_a_page_at_a_time() {
     let s = seed("stress_with_filters_read_a_page_at_a_time");
     // Rounds of 6 s resume the run in the same directory until some filter passes its share
-    // (at 10 bits a key, about 26,000 keys fill the half; an idle machine writes about 40,000
-    // in 5 s), at most four, so that a loaded machine only takes longer.
-    for kind in ["lsm", "nbtree"] {
+    // (at 10 to 12 bits a key, 22,000 to 26,000 keys fill the half; an idle machine writes
+    // about 40,000 in 5 s), at most four, so that a loaded machine only takes longer.
+    for kind in ["lsm", "nbtree", "stbe"] {
         let d = tempfile::tempdir().expect("tempdir");
         let args = ["--keys", "100000", "--cache-bytes", "64K"];
         let mut paged = 0;

@@ -206,6 +206,9 @@ impl Engine for WoodsEngine {
                 c.insert("cache_index_evictions".into(), cache.index_evictions);
                 c.insert("cache_reserved_bytes".into(), cache.reserved_bytes);
                 c.insert("cache_paged_filters".into(), cache.paged_filters);
+                c.insert("cache_row_bytes".into(), cache.row_bytes);
+                c.insert("cache_row_hits".into(), cache.row_hits);
+                c.insert("cache_row_misses".into(), cache.row_misses);
                 // The Db's waits by cause (rotation, pacing wait, pacing step).
                 c.extend(st.waits.into_iter().map(|(k, v)| (format!("db_{k}"), v)));
                 c

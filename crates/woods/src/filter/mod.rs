@@ -5,7 +5,8 @@
 //!   before partitioned filters, and `pbt`'s partitions).
 //! - [`partitioned`]: bloom filters of a page each over consecutive key ranges, what runs are
 //!   built with now: a lookup reads one page of it, so a run's filter need not be in memory.
-//! - [`quotient`]: a quotient filter (rank-and-select layout), bulk-built from sorted hashes.
+//! - [`quotient`]: a quotient filter (rank-and-select layout), bulk-built from sorted hashes;
+//!   a lookup touches one block of it (or a few), so it too can be read a page at a time.
 //!
 //! Each hashes a key once with [`hash64`]; the serialized form of each starts with a
 //! filter-kind byte (1 bloom, 2 quotient, 4 a partition of a partitioned filter), which is how
@@ -17,7 +18,7 @@ pub mod quotient;
 
 pub use bloom::{hash64, hash64_seeded, Bloom, BloomBuilder, BloomFinish};
 pub use partitioned::{PartitionIndex, PartitionedBloom, PartitionedBuilder};
-pub use quotient::{QuotientBuilder, QuotientFilter, QuotientFinish};
+pub use quotient::{QuotientBuilder, QuotientFilter, QuotientFinish, Shape as QuotientShape};
 
 use crate::error::{Error, Result};
 

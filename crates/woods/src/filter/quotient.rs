@@ -347,11 +347,7 @@ fn put_rem(out: &mut [u8], bb: usize, r: u32, slot: u64, rem: u64) {
 /// A loaded quotient filter.
 #[derive(Clone, Debug)]
 pub struct QuotientFilter {
-    r: u32,
-    nq: u64,
-    nb: u64,
-    keys: u64,
-    bb: usize,
+    shape: Shape,
     data: Vec<u8>,
 }
 
@@ -365,54 +361,199 @@ fn le64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-impl QuotientFilter {
-    /// Parses a serialized filter, checking every header field, the size, and that the blocks'
-    /// bit vectors and spill counts agree (a bad one is `Error::Corruption`). Lookups on any
-    /// accepted bytes never panic.
-    pub fn from_bytes(data: Vec<u8>) -> Result<QuotientFilter> {
-        if data.len() < HEADER {
+/// What a lookup needs of a quotient filter besides its blocks: the header's fields. A run
+/// whose filter does not fit the cache's share for filters keeps only this, and reads the
+/// blocks a lookup touches from the filter's pages ([`Shape::probe`] over a [`Blocks`] source).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    r: u32,
+    nq: u64,
+    nb: u64,
+    keys: u64,
+    bb: usize,
+}
+
+/// Where a lookup finds a quotient filter's blocks: the filter's bytes in memory, or its pages.
+pub trait Blocks {
+    /// The bytes of blocks `first..first + n` of the filter, contiguous (`n` ≥ 1 and `first +
+    /// n` at most the filter's blocks; `n` block sizes long, or an error).
+    fn blocks(&mut self, first: u64, n: u64) -> Result<&[u8]>;
+}
+
+/// The blocks of a filter in memory.
+struct InMemory<'a> {
+    data: &'a [u8],
+    bb: usize,
+}
+
+impl Blocks for InMemory<'_> {
+    #[inline]
+    fn blocks(&mut self, first: u64, n: u64) -> Result<&[u8]> {
+        let at = HEADER + first as usize * self.bb;
+        Ok(&self.data[at..at + n as usize * self.bb])
+    }
+}
+
+impl Shape {
+    /// Parses the header from a filter's first bytes (`head`, at least the header) and checks
+    /// it against the filter's serialized length, which lies in `len - slack + 1..=len`
+    /// (`slack` 1: exactly `len`; a page's payload for a filter whose last page was not read).
+    pub fn parse(head: &[u8], len: u64, slack: u64) -> Result<Shape> {
+        if head.len() < HEADER {
             return Err(bad(format!(
                 "{} bytes is shorter than the {HEADER}-byte header",
-                data.len()
+                head.len()
             )));
         }
-        if data[0] != KIND_QUOTIENT {
-            return Err(bad(format!("unknown filter kind {}", data[0])));
+        if head[0] != KIND_QUOTIENT {
+            return Err(bad(format!("unknown filter kind {}", head[0])));
         }
-        let r = u32::from(data[1]);
+        let r = u32::from(head[1]);
         if !(1..=MAX_REMAINDER_BITS).contains(&r) {
             return Err(bad(format!(
                 "{r} remainder bits is outside 1..={MAX_REMAINDER_BITS}"
             )));
         }
-        let (nq, nb, keys) = (le64(&data, 2), le64(&data, 10), le64(&data, 18));
+        let (nq, nb, keys) = (le64(head, 2), le64(head, 10), le64(head, 18));
         let bb = block_bytes(r);
         let want = (nb as usize)
             .checked_mul(bb)
             .and_then(|x| x.checked_add(HEADER))
-            .filter(|_| nb <= (usize::MAX / 64) as u64);
-        if nq == 0 || nb == 0 || nb.saturating_mul(64) < nq || want != Some(data.len()) {
+            .filter(|_| nb <= (usize::MAX / 64) as u64)
+            .map(|w| w as u64);
+        let fits = want.is_some_and(|w| w <= len && w + slack > len);
+        if nq == 0 || nb == 0 || nb.saturating_mul(64) < nq || !fits {
             return Err(bad(format!(
-                "{nq} quotients in {nb} blocks does not match {} bytes",
-                data.len()
+                "{nq} quotients in {nb} blocks does not match {len} bytes"
             )));
         }
         if keys > nb * 64 {
             return Err(bad(format!("{keys} keys in {} slots", nb * 64)));
         }
-        let f = QuotientFilter {
+        Ok(Shape {
             r,
             nq,
             nb,
             keys,
             bb,
-            data,
+        })
+    }
+
+    /// Where block `b` begins in the serialized filter.
+    pub fn block_offset(&self, b: u64) -> u64 {
+        HEADER as u64 + b * self.bb as u64
+    }
+
+    /// Bytes of one block.
+    pub fn block_bytes(&self) -> usize {
+        self.bb
+    }
+
+    /// Whether a key of hash `h` may have been added, reading the blocks it needs (one, or a
+    /// few where its run crosses a block's end) from `src`. Never panics, whatever bytes `src`
+    /// gives: bytes that contradict each other answer `true` (never a false negative) or
+    /// `false` for that key alone; [`QuotientFilter::from_bytes`] checks a whole filter's.
+    #[inline]
+    pub fn probe<S: Blocks>(&self, h: u64, src: &mut S) -> Result<bool> {
+        if self.keys == 0 {
+            return Ok(false);
+        }
+        let bb = self.bb;
+        let (q, rem) = split(h, self.nq, self.r);
+        let b = q / 64;
+        if b >= self.nb {
+            return Ok(true);
+        }
+        let i = (q % 64) as u32;
+        let mut w = src.blocks(b, 1)?;
+        let occ = le64(w, 0);
+        if occ >> i & 1 == 0 {
+            return Ok(false);
+        }
+        // The run of q ends at the k-th run end at or after the block's first slot.
+        let mask = if i == 63 {
+            u64::MAX
+        } else {
+            (1u64 << (i + 1)) - 1
         };
+        let spill = u32::from_le_bytes([w[16], w[17], w[18], w[19]]);
+        let mut k = u64::from((occ & mask).count_ones()) - 1 + u64::from(spill);
+        let mut n = 1;
+        let mut x = b;
+        let end = loop {
+            if x >= self.nb {
+                // Only damaged bytes get here; never answer with a false negative.
+                return Ok(true);
+            }
+            if x >= b + n {
+                n = x - b + 1;
+                w = src.blocks(b, n)?;
+            }
+            let ends = le64(w, (x - b) as usize * bb + 8);
+            let c = u64::from(ends.count_ones());
+            if k < c {
+                break x * 64 + select64(ends, k as u32);
+            }
+            k -= c;
+            x += 1;
+        };
+        // Remainders of a run ascend: scan it from its end down to its quotient's slot. Every
+        // slot scanned lies in blocks b..b + n (from the end, at most down to q).
+        let is_runend = |w: &[u8], slot: u64| {
+            let at = (slot / 64 - b) as usize * bb + 8;
+            le64(w, at) >> (slot % 64) & 1 == 1
+        };
+        let mut slot = end;
+        loop {
+            let x = rem_at(w, (slot / 64 - b) as usize * bb, self.r, slot);
+            if x == rem {
+                return Ok(true);
+            }
+            if x < rem || slot <= q {
+                return Ok(false);
+            }
+            slot -= 1;
+            if is_runend(w, slot) {
+                return Ok(false);
+            }
+        }
+    }
+}
+
+/// The remainder of `slot`, whose block begins at `block` in `w`.
+#[inline]
+fn rem_at(w: &[u8], block: usize, r: u32, slot: u64) -> u64 {
+    let base = block + BLOCK_META;
+    let j = (slot % 64) as usize;
+    if r == 8 {
+        return u64::from(w[base + j]);
+    }
+    let bit = j * r as usize;
+    let at = base + bit / 8;
+    let mut x = 0u64;
+    for t in 0..3 {
+        if let Some(&y) = w.get(at + t) {
+            x |= u64::from(y) << (8 * t);
+        }
+    }
+    (x >> (bit % 8)) & ((1u64 << r) - 1)
+}
+
+impl QuotientFilter {
+    /// Parses a serialized filter, checking every header field, the size, and that the blocks'
+    /// bit vectors and spill counts agree (a bad one is `Error::Corruption`). Lookups on any
+    /// accepted bytes never panic.
+    pub fn from_bytes(data: Vec<u8>) -> Result<QuotientFilter> {
+        let shape = Shape::parse(&data, data.len() as u64, 1)?;
+        let f = QuotientFilter { shape, data };
         let (mut occ_before, mut ends_before) = (0u64, 0u64);
-        for b in 0..nb {
+        for b in 0..shape.nb {
             let occ = f.occupieds(b);
-            if occ != 0 && b * 64 + 63 - u64::from(occ.leading_zeros()) >= nq {
-                return Err(bad(format!("block {b} marks a quotient beyond {nq}")));
+            if occ != 0 && b * 64 + 63 - u64::from(occ.leading_zeros()) >= shape.nq {
+                return Err(bad(format!(
+                    "block {b} marks a quotient beyond {}",
+                    shape.nq
+                )));
             }
             if u64::from(f.spill(b)) != occ_before.wrapping_sub(ends_before)
                 || ends_before > occ_before
@@ -433,7 +574,7 @@ impl QuotientFilter {
     }
 
     fn block(&self, b: u64) -> usize {
-        HEADER + b as usize * self.bb
+        HEADER + b as usize * self.shape.bb
     }
 
     fn occupieds(&self, b: u64) -> u64 {
@@ -454,27 +595,6 @@ impl QuotientFilter {
         ])
     }
 
-    fn is_runend(&self, slot: u64) -> bool {
-        self.runends(slot / 64) >> (slot % 64) & 1 == 1
-    }
-
-    fn rem(&self, slot: u64) -> u64 {
-        let base = self.block(slot / 64) + BLOCK_META;
-        let j = (slot % 64) as usize;
-        if self.r == 8 {
-            return u64::from(self.data[base + j]);
-        }
-        let bit = j * self.r as usize;
-        let at = base + bit / 8;
-        let mut w = 0u64;
-        for t in 0..3 {
-            if let Some(&x) = self.data.get(at + t) {
-                w |= u64::from(x) << (8 * t);
-            }
-        }
-        (w >> (bit % 8)) & ((1u64 << self.r) - 1)
-    }
-
     /// Whether `key` may have been added: `false` is certain, `true` may be a false positive.
     pub fn may_contain(&self, key: &[u8]) -> bool {
         self.may_contain_hash(super::hash64(key))
@@ -483,52 +603,16 @@ impl QuotientFilter {
     /// [`QuotientFilter::may_contain`] for a key already hashed with
     /// [`hash64`](super::hash64).
     pub fn may_contain_hash(&self, h: u64) -> bool {
-        if self.keys == 0 {
-            return false;
-        }
-        let (q, rem) = split(h, self.nq, self.r);
-        let b = q / 64;
-        let i = (q % 64) as u32;
-        let occ = self.occupieds(b);
-        if occ >> i & 1 == 0 {
-            return false;
-        }
-        // The run of q ends at the k-th run end at or after the block's first slot.
-        let mask = if i == 63 {
-            u64::MAX
-        } else {
-            (1u64 << (i + 1)) - 1
+        let mut src = InMemory {
+            data: &self.data,
+            bb: self.shape.bb,
         };
-        let mut k = u64::from((occ & mask).count_ones()) - 1 + u64::from(self.spill(b));
-        let mut bb = b;
-        let end = loop {
-            if bb >= self.nb {
-                // Only damaged bytes get here; never answer with a false negative.
-                return true;
-            }
-            let ends = self.runends(bb);
-            let c = u64::from(ends.count_ones());
-            if k < c {
-                break bb * 64 + select64(ends, k as u32);
-            }
-            k -= c;
-            bb += 1;
-        };
-        // Remainders of a run ascend: scan it from its end down to its quotient's slot.
-        let mut slot = end;
-        loop {
-            let x = self.rem(slot);
-            if x == rem {
-                return true;
-            }
-            if x < rem || slot <= q {
-                return false;
-            }
-            slot -= 1;
-            if self.is_runend(slot) {
-                return false;
-            }
-        }
+        self.shape.probe(h, &mut src).unwrap_or(true)
+    }
+
+    /// The header's fields: what a lookup reading the blocks from elsewhere needs.
+    pub fn shape(&self) -> Shape {
+        self.shape
     }
 
     /// The serialized form.
@@ -538,22 +622,23 @@ impl QuotientFilter {
 
     /// Remainder bits per fingerprint.
     pub fn remainder_bits(&self) -> u32 {
-        self.r
+        self.shape.r
     }
 
     /// Distinct fingerprints stored.
     pub fn keys(&self) -> u64 {
-        self.keys
+        self.shape.keys
     }
 
     /// The quotient range (canonical slots).
     pub fn quotients(&self) -> u64 {
-        self.nq
+        self.shape.nq
     }
 
     /// The expected false-positive rate of a lookup of an absent key: load factor × 2⁻ʳ.
     pub fn expected_fp_rate(&self) -> f64 {
-        self.keys as f64 / self.nq as f64 / (1u64 << self.r) as f64
+        let s = &self.shape;
+        s.keys as f64 / s.nq as f64 / (1u64 << s.r) as f64
     }
 }
 
@@ -640,7 +725,85 @@ mod tests {
         for &h in &hashes {
             assert!(f.may_contain_hash(h));
         }
-        assert!(f.nb * 64 > f.nq, "no overflow blocks");
+        assert!(f.shape.nb * 64 > f.shape.nq, "no overflow blocks");
+    }
+
+    /// A filter's bytes cut into pieces of `piece` bytes (a run's filter pages), read back
+    /// piece by piece and copied where a request spans pieces, counting the pieces read.
+    struct Pieces<'a> {
+        data: &'a [u8],
+        shape: Shape,
+        piece: usize,
+        buf: Vec<u8>,
+        read: usize,
+    }
+
+    impl Blocks for Pieces<'_> {
+        fn blocks(&mut self, first: u64, n: u64) -> Result<&[u8]> {
+            let start = self.shape.block_offset(first) as usize;
+            let end = start + n as usize * self.shape.block_bytes();
+            self.buf.clear();
+            let mut at = start;
+            while at < end {
+                let stop = ((at / self.piece + 1) * self.piece).min(end);
+                self.buf.extend_from_slice(&self.data[at..stop]);
+                self.read += 1;
+                at = stop;
+            }
+            Ok(&self.buf)
+        }
+    }
+
+    /// The probe over blocks read a piece at a time answers as the filter in memory does, for
+    /// stored and absent keys, with crowded quotients too, and reads a piece or two a lookup.
+    #[test]
+    fn blocks_read_piece_by_piece_answer_as_the_whole_filter() {
+        let mut crowded = QuotientBuilder::new(8);
+        (0..300u64).for_each(|i| crowded.add_hash(u64::MAX - i * 3));
+        let crowded = QuotientFilter::from_bytes(crowded.finish()).expect("valid");
+        for (f, name) in [
+            (build(50_000, 8, 5), "r 8"),
+            (build(20_000, 11, 6), "r 11"),
+            (crowded, "crowded"),
+        ] {
+            let shape = Shape::parse(
+                &f.as_bytes()[..HEADER],
+                f.as_bytes().len() as u64 + 100,
+                4068,
+            )
+            .expect("header");
+            assert_eq!(shape, f.shape());
+            for piece in [37usize, 4068] {
+                let mut src = Pieces {
+                    data: f.as_bytes(),
+                    shape,
+                    piece,
+                    buf: Vec::new(),
+                    read: 0,
+                };
+                let hashes = (0..20_000u64)
+                    .map(|i| super::super::hash64(&key(i, 5)))
+                    .chain((0..20_000u64).map(|i| super::super::hash64(&key(i, 9))))
+                    .chain((0..300u64).map(|i| u64::MAX - i));
+                let mut probes = 0;
+                for h in hashes {
+                    let paged = shape.probe(h, &mut src).expect("in bounds");
+                    assert_eq!(paged, f.may_contain_hash(h), "{name}, pieces of {piece}");
+                    probes += 1;
+                }
+                let per = src.read as f64 / probes as f64;
+                println!("{name}, pieces of {piece}: {per:.3} pieces read a probe");
+                if piece == 4068 && name != "crowded" {
+                    assert!(per < 1.1, "{name}: {per} pages a probe");
+                }
+            }
+        }
+        // A header that does not fit the pages it is said to lie in is refused.
+        let f = build(1_000, 8, 1);
+        let len = f.as_bytes().len() as u64;
+        assert!(Shape::parse(f.as_bytes(), len + 4068, 4068).is_err());
+        assert!(Shape::parse(f.as_bytes(), len - 1, 4068).is_err());
+        assert!(Shape::parse(&f.as_bytes()[..HEADER - 1], len, 1).is_err());
     }
 
     #[test]
@@ -681,7 +844,7 @@ mod tests {
             "{} fingerprints",
             g.keys()
         );
-        assert_eq!((g.quotients(), g.remainder_bits()), (f.nq, 8));
+        assert_eq!((g.quotients(), g.remainder_bits()), (f.shape.nq, 8));
         for i in 0..5_000 {
             assert!(g.may_contain(&key(i, 9)));
         }

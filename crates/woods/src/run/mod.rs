@@ -32,7 +32,8 @@ use crate::cache::{PageClass, PageRef};
 use crate::entry::codec::{self, Reader};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
-use crate::filter::{hash64, partitioned, Filter, PartitionIndex};
+use crate::filter::quotient::{self, Blocks};
+use crate::filter::{hash64, partitioned, Filter, PartitionIndex, QuotientShape};
 use crate::storage::{AlignedBuf, Extent, PageFile, PendingRead, Purpose, PAGE_SIZE};
 use format::{
     at_page, corrupt, header, DataItem, Node, ValueRef, HEADER_LEN, PAGE_BLOB, PAGE_FILTER,
@@ -319,6 +320,69 @@ enum RunFilter {
     /// one filter page its key needs through the cache, as an index page (first partition at
     /// `meta.filter_page`).
     Paged(PartitionIndex),
+    /// A quotient filter that did not: its header in memory, and each lookup reads the page
+    /// holding the block its key's quotient falls in (two where the block or the key's run
+    /// crosses a page's end) through the cache, as an index page.
+    PagedQuotient(QuotientShape),
+}
+
+/// A paged quotient filter's blocks, read from the run's filter pages through the cache.
+struct FilterPages<'a> {
+    run: &'a Run,
+    shape: &'a QuotientShape,
+    /// The page of the last blocks asked for, when they lie in one page (the usual case: no
+    /// copy, no allocation).
+    page: Option<(u64, PageRef)>,
+    /// The blocks asked for, copied out of their pages where they cross a page's end.
+    buf: Vec<u8>,
+}
+
+impl FilterPages<'_> {
+    /// Filter page `i` (of the run's filter pages), through the cache.
+    fn page(&self, i: u64) -> Result<(u64, PageRef)> {
+        let meta = &self.run.meta;
+        let page = meta.filter_page + i;
+        if i >= meta.filter_pages {
+            return Err(corrupt(page, "quotient filter block past its pages"));
+        }
+        let buf = self
+            .run
+            .store
+            .read_as(page, Purpose::UserRead, PageClass::Index)?;
+        Ok((page, buf))
+    }
+}
+
+impl Blocks for FilterPages<'_> {
+    fn blocks(&mut self, first: u64, n: u64) -> Result<&[u8]> {
+        let (start, len) = (
+            self.shape.block_offset(first),
+            n * self.shape.block_bytes() as u64,
+        );
+        let per = PAYLOAD as u64;
+        let short = |page| corrupt(page, "quotient filter block past its page's payload");
+        if start / per == (start + len - 1) / per {
+            let (page, buf) = self.page(start / per)?;
+            let off = (start % per) as usize;
+            let (page, buf) = self.page.insert((page, buf));
+            return filter_payload(*page, buf)?
+                .get(off..off + len as usize)
+                .ok_or_else(|| short(*page));
+        }
+        self.buf.clear();
+        let mut at = start;
+        while at < start + len {
+            let (page, buf) = self.page(at / per)?;
+            let off = (at % per) as usize;
+            let take = (PAYLOAD - off).min((start + len - at) as usize);
+            let bytes = filter_payload(page, &buf)?
+                .get(off..off + take)
+                .ok_or_else(|| short(page))?;
+            self.buf.extend_from_slice(bytes);
+            at += take as u64;
+        }
+        Ok(&self.buf)
+    }
 }
 
 impl Drop for Run {
@@ -406,23 +470,31 @@ impl Run {
         let head = self.store.read_uncached(first, Purpose::UserRead)?;
         let head = filter_payload(first, &head)?;
         let partitioned = head.first() == Some(&partitioned::KIND_PARTITION);
+        let quotient = head.first() == Some(&quotient::KIND_QUOTIENT);
         let whole = n * PAYLOAD as u64;
+        if quotient && !self.store.cache().try_reserve(whole) {
+            let shape =
+                QuotientShape::parse(head, whole, PAYLOAD as u64).map_err(|e| at_page(e, first))?;
+            self.keep_paged(RunFilter::PagedQuotient(shape));
+            return Ok(());
+        }
         if partitioned && !self.store.cache().try_reserve(whole) {
             let index = self.read_partition_index(head)?;
-            self.keep_paged(index);
+            self.keep_paged(RunFilter::Paged(index));
             return Ok(());
         }
         // Charged (at most `whole`) before the read, for the read's buffers.
-        self.charged = if partitioned { whole } else { 0 };
+        let reserved = partitioned || quotient;
+        self.charged = if reserved { whole } else { 0 };
         let mut bytes = Vec::with_capacity(n as usize * PAYLOAD);
         bytes.extend_from_slice(head);
         self.read_filter_bytes(&mut bytes, first + 1, n - 1, Purpose::UserRead)?;
         let f = Filter::from_bytes(bytes).map_err(|e| at_page(e, first))?;
-        if partitioned {
+        if reserved {
             let bytes = f.as_bytes().len() as u64;
             self.store.cache().unreserve(whole - bytes.min(whole));
         }
-        self.keep_loaded(f, partitioned);
+        self.keep_loaded(f, reserved);
         Ok(())
     }
 
@@ -436,12 +508,16 @@ impl Run {
         self.filter = Some(RunFilter::Loaded(f));
     }
 
-    /// Keeps only the separators of a partitioned filter, charged to the cache.
-    fn keep_paged(&mut self, index: PartitionIndex) {
-        self.charged = index.memory() as u64;
+    /// Keeps only what a filter read a page at a time needs in memory (a partitioned filter's
+    /// separators, a quotient filter's header), charged to the cache.
+    fn keep_paged(&mut self, filter: RunFilter) {
+        self.charged = match &filter {
+            RunFilter::Paged(index) => index.memory() as u64,
+            _ => std::mem::size_of::<RunFilter>() as u64,
+        };
         self.store.cache().reserve(self.charged);
         self.store.cache().count_paged_filter(true);
-        self.filter = Some(RunFilter::Paged(index));
+        self.filter = Some(filter);
     }
 
     /// Reads a partitioned filter's index section, which ends on its last page and mostly
@@ -488,7 +564,14 @@ impl Run {
                 if run.store.cache().try_reserve(p.as_bytes().len() as u64) {
                     run.keep_loaded(Filter::Partitioned(p), true);
                 } else {
-                    run.keep_paged(p.index().clone());
+                    run.keep_paged(RunFilter::Paged(p.index().clone()));
+                }
+            }
+            Some(Filter::Quotient(q)) => {
+                if run.store.cache().try_reserve(q.as_bytes().len() as u64) {
+                    run.keep_loaded(Filter::Quotient(q), true);
+                } else {
+                    run.keep_paged(RunFilter::PagedQuotient(q.shape()));
                 }
             }
             Some(f) => run.keep_loaded(f, false),
@@ -624,6 +707,18 @@ impl Run {
                     r => r,
                 }
             }
+            Some(RunFilter::PagedQuotient(shape)) => {
+                let mut src = FilterPages {
+                    run: self,
+                    shape,
+                    page: None,
+                    buf: Vec::new(),
+                };
+                match shape.probe(h, &mut src) {
+                    Err(Error::Corruption { .. }) => Ok(true),
+                    r => r,
+                }
+            }
         }
     }
 
@@ -638,7 +733,18 @@ impl Run {
     /// Whether the run's filter is read a page at a time (it did not fit the cache's share
     /// for filters when the run opened).
     pub fn filter_is_paged(&self) -> bool {
-        matches!(self.filter, Some(RunFilter::Paged(_)))
+        matches!(
+            self.filter,
+            Some(RunFilter::Paged(_) | RunFilter::PagedQuotient(_))
+        )
+    }
+
+    /// Whether the run's filter is a quotient filter, in memory or read a page at a time.
+    pub fn has_quotient_filter(&self) -> bool {
+        matches!(
+            self.filter,
+            Some(RunFilter::Loaded(Filter::Quotient(_)) | RunFilter::PagedQuotient(_))
+        )
     }
 
     fn load(&self, page: u64, level: u8, purpose: Purpose) -> Result<Node> {

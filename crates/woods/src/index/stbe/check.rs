@@ -10,7 +10,6 @@ use super::node::Node;
 use super::policy::Limits;
 use super::Version;
 use crate::error::{Error, Result};
-use crate::filter::Filter;
 use crate::index::IndexStats;
 use crate::storage::{Extent, PAGE_SIZE};
 
@@ -167,7 +166,7 @@ pub fn check(v: &Version, limits: &Limits) -> Result<u64> {
                 b.meta().entries
             )));
         }
-        if n > 0 && !matches!(run.filter(), Some(Filter::Quotient(_))) {
+        if n > 0 && !run.has_quotient_filter() {
             return Err(bad(format!("branch {id} has no quotient filter")));
         }
         total += n;
