@@ -216,7 +216,7 @@ pub const WHOLE_SUFFIX: &str = "+whole";
 
 /// woods engines with other parameters than their kind's defaults, known by name but not run
 /// by default.
-pub const WOODS_VARIANTS: [&str; 16] = [
+pub const WOODS_VARIANTS: [&str; 22] = [
     "woods:pbt-nomerge",
     "woods:btree-buffered:fullest-leaf",
     "woods:btree-buffered:random-ball",
@@ -233,6 +233,12 @@ pub const WOODS_VARIANTS: [&str; 16] = [
     "woods:iam-m3-k3",
     "woods:fdtree-k10",
     "woods:fdtree-d-k10",
+    "woods:stbe-b4",
+    "woods:stbe-b6",
+    "woods:stbe-b8",
+    "woods:stbe-b12",
+    "woods:stbe-f4",
+    "woods:stbe-f8",
 ];
 
 /// Every engine name this build knows, woods index kinds first.

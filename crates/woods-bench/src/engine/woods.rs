@@ -35,6 +35,19 @@ fn variant(kind: &str) -> Option<IndexKind> {
             ..Default::default()
         }));
     }
+    // `stbe-bB`: trigger T2 and the whole-leaf compaction at B branches
+    // (`StbeParams::flush_branches`, `leaf_branches`; 3F = 24 by default); `stbe-fB`: T2
+    // alone. For the trade of branches a scan opens against write amplification (issue 24
+    // item 3).
+    for (prefix, leaf) in [("stbe-b", true), ("stbe-f", false)] {
+        if let Some(b) = kind.strip_prefix(prefix).and_then(|b| b.parse::<u32>().ok()) {
+            return Some(IndexKind::Stbe(woods::StbeParams {
+                flush_branches: b,
+                leaf_branches: if leaf { b } else { 0 },
+                ..Default::default()
+            }));
+        }
+    }
     // `fdtree-kK`, `fdtree-d-kK`: the capacity ratio k fixed (`FdTreeParams::ratio`) instead
     // of the cost model's, for the paper's comparison at one tuning (its LSM-tree shares the
     // FD-tree's k; `fdtree-k10` takes the `lsm` kind's ratio).
@@ -79,7 +92,8 @@ fn err(what: &str, e: woods::Error) -> BenchError {
 impl WoodsEngine {
     /// Opens (or creates) a woods database of index kind `kind` (`btree`, `lsm`; `pbt-nomerge`:
     /// `pbt` with partition merge off, `PbtParams::max_partitions` 0; `nbtree-sC`: `nbtree`
-    /// with σ = C memtables; `iam-mM-kK`: `iam` with m = M and k = K fixed; `fdtree-kK`,
+    /// with σ = C memtables; `stbe-bB`: `stbe` flushing a child and compacting a leaf whole
+    /// past B branches; `stbe-fB`: flushing past B; `iam-mM-kK`: `iam` with m = M and k = K fixed; `fdtree-kK`,
     /// `fdtree-d-kK`: `fdtree` (de-amortized) with k = K fixed; any of them followed
     /// by `+whole`: `Options::split_entries` off) in `dir`. The
     /// budget's write-buffer share sets `memtable_bytes` (two may exist), the rest the page
