@@ -40,7 +40,10 @@ fn variant(kind: &str) -> Option<IndexKind> {
     // alone. For the trade of branches a scan opens against write amplification (issue 24
     // item 3).
     for (prefix, leaf) in [("stbe-b", true), ("stbe-f", false)] {
-        if let Some(b) = kind.strip_prefix(prefix).and_then(|b| b.parse::<u32>().ok()) {
+        if let Some(b) = kind
+            .strip_prefix(prefix)
+            .and_then(|b| b.parse::<u32>().ok())
+        {
             return Some(IndexKind::Stbe(woods::StbeParams {
                 flush_branches: b,
                 leaf_branches: if leaf { b } else { 0 },
