@@ -220,6 +220,11 @@ impl Branch {
         self.run.get().is_some()
     }
 
+    /// The run, if it is open.
+    pub fn opened(&self) -> Option<&Arc<Run>> {
+        self.run.get()
+    }
+
     fn max_key(&self) -> Option<Key> {
         (self.meta.entries > 0).then(|| Key::from(&self.meta.max_key[..]))
     }
