@@ -192,19 +192,10 @@ pub fn filter(bytes: &[u8]) -> Result<Filter> {
 /// is checked (against the length, a page's payload of slack), and the blocks are whatever
 /// follows. Probes each hash; an answer, or an error for bytes it cannot read, never a panic.
 pub fn paged_quotient(bytes: &[u8], hashes: &[u64]) -> Result<Vec<bool>> {
-    use crate::filter::quotient::{Blocks, Shape};
-    struct Bytes<'a>(&'a [u8], Shape);
-    impl Blocks for Bytes<'_> {
-        fn blocks(&mut self, first: u64, n: u64) -> Result<&[u8]> {
-            let start = self.1.block_offset(first) as usize;
-            let end = start + n as usize * self.1.block_bytes();
-            self.0
-                .get(start..end)
-                .ok_or_else(|| crate::Error::corruption("filter", None, "blocks past the bytes"))
-        }
-    }
-    let shape = Shape::parse(bytes, bytes.len() as u64 + 4067, 4068)?;
-    let mut src = Bytes(bytes, shape);
+    use crate::filter::quotient::{InMemory, Shape};
+    let payload = crate::run::format::PAYLOAD as u64;
+    let shape = Shape::parse(bytes, bytes.len() as u64 + payload - 1, payload)?;
+    let mut src = InMemory::new(bytes, shape);
     hashes.iter().map(|&h| shape.probe(h, &mut src)).collect()
 }
 

@@ -398,17 +398,27 @@ pub trait Blocks {
     fn blocks(&mut self, first: u64, n: u64) -> Result<&[u8]>;
 }
 
-/// The blocks of a filter in memory.
-struct InMemory<'a> {
+/// The blocks of a filter whose serialized bytes are in memory (blocks past them are an
+/// error).
+pub struct InMemory<'a> {
     data: &'a [u8],
-    bb: usize,
+    shape: Shape,
+}
+
+impl<'a> InMemory<'a> {
+    /// The blocks of `data`, a filter of shape `shape`.
+    pub fn new(data: &'a [u8], shape: Shape) -> InMemory<'a> {
+        InMemory { data, shape }
+    }
 }
 
 impl Blocks for InMemory<'_> {
     #[inline]
     fn blocks(&mut self, first: u64, n: u64) -> Result<&[u8]> {
-        let at = HEADER + first as usize * self.bb;
-        Ok(&self.data[at..at + n as usize * self.bb])
+        let at = self.shape.block_offset(first) as usize;
+        self.data
+            .get(at..at + n as usize * self.shape.bb)
+            .ok_or_else(|| bad(format!("blocks {first}..+{n} past the filter's bytes")))
     }
 }
 
@@ -593,7 +603,7 @@ impl QuotientFilter {
     }
 
     fn block(&self, b: u64) -> usize {
-        HEADER + b as usize * self.shape.bb
+        self.shape.block_offset(b) as usize
     }
 
     fn occupieds(&self, b: u64) -> u64 {
@@ -622,10 +632,7 @@ impl QuotientFilter {
     /// [`QuotientFilter::may_contain`] for a key already hashed with
     /// [`hash64`](super::hash64).
     pub fn may_contain_hash(&self, h: u64) -> bool {
-        let mut src = InMemory {
-            data: &self.data,
-            bb: self.shape.bb,
-        };
+        let mut src = InMemory::new(&self.data, self.shape);
         self.shape.probe(h, &mut src).unwrap_or(true)
     }
 

@@ -332,7 +332,7 @@ struct FilterPages<'a> {
     shape: &'a QuotientShape,
     /// The page of the last blocks asked for, when they lie in one page (the usual case: no
     /// copy, no allocation).
-    page: Option<(u64, PageRef)>,
+    page: Option<PageRef>,
     /// The blocks asked for, copied out of their pages where they cross a page's end.
     buf: Vec<u8>,
 }
@@ -364,10 +364,10 @@ impl Blocks for FilterPages<'_> {
         if start / per == (start + len - 1) / per {
             let (page, buf) = self.page(start / per)?;
             let off = (start % per) as usize;
-            let (page, buf) = self.page.insert((page, buf));
-            return filter_payload(*page, buf)?
+            let buf = self.page.insert(buf);
+            return filter_payload(page, buf)?
                 .get(off..off + len as usize)
-                .ok_or_else(|| short(*page));
+                .ok_or_else(|| short(page));
         }
         self.buf.clear();
         let mut at = start;
@@ -472,19 +472,20 @@ impl Run {
         let partitioned = head.first() == Some(&partitioned::KIND_PARTITION);
         let quotient = head.first() == Some(&quotient::KIND_QUOTIENT);
         let whole = n * PAYLOAD as u64;
-        if quotient && !self.store.cache().try_reserve(whole) {
-            let shape =
-                QuotientShape::parse(head, whole, PAYLOAD as u64).map_err(|e| at_page(e, first))?;
-            self.keep_paged(RunFilter::PagedQuotient(shape));
-            return Ok(());
-        }
-        if partitioned && !self.store.cache().try_reserve(whole) {
-            let index = self.read_partition_index(head)?;
-            self.keep_paged(RunFilter::Paged(index));
+        // Partitioned and quotient filters can be read a page at a time: whole only if they fit.
+        let reserved = partitioned || quotient;
+        if reserved && !self.store.cache().try_reserve(whole) {
+            let paged = if quotient {
+                let shape = QuotientShape::parse(head, whole, PAYLOAD as u64)
+                    .map_err(|e| at_page(e, first))?;
+                RunFilter::PagedQuotient(shape)
+            } else {
+                RunFilter::Paged(self.read_partition_index(head)?)
+            };
+            self.keep_paged(paged);
             return Ok(());
         }
         // Charged (at most `whole`) before the read, for the read's buffers.
-        let reserved = partitioned || quotient;
         self.charged = if reserved { whole } else { 0 };
         let mut bytes = Vec::with_capacity(n as usize * PAYLOAD);
         bytes.extend_from_slice(head);
