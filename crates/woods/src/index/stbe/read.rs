@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use super::branch::Branch;
 use super::node::{BranchRef, Node};
 use super::Version;
 use crate::entry::{Entry, Kind};
@@ -19,58 +20,79 @@ use crate::storage::Purpose;
 pub fn get(v: &Version, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()> {
     let h = hash64(key);
     let start = out.len();
-    // The filters of every branch the lookup may probe, prefetched first: their blocks, one
-    // cache miss each in filters of megabytes, load in parallel instead of one by one.
-    let mut node: &Node = &v.root;
-    loop {
-        let (refs, next) = path_step(node, key);
-        for r in refs {
-            if let Some(run) = r.branch.opened() {
-                run.prefetch_filter(h);
-            }
+    // The path is walked once: the first `PREFETCHED` branches it may probe are kept, and
+    // their filters' blocks, one cache miss each in filters of megabytes, are prefetched so
+    // that they load in parallel instead of one by one as the probes reach them.
+    let mut path = OnPath::new(&v.root, key);
+    let mut first: [Option<&Branch>; PREFETCHED] = [None; PREFETCHED];
+    let mut n = 0;
+    for (slot, b) in first.iter_mut().zip(path.by_ref()) {
+        if let Some(run) = b.opened() {
+            run.prefetch_filter(h);
         }
-        match next {
-            Some(n) => node = n,
-            None => break,
+        *slot = Some(b);
+        n += 1;
+    }
+    for b in first[..n].iter().flatten().copied().chain(path) {
+        b.run()?.get_hashed(key, h, seq, out)?;
+        if out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge) {
+            return Ok(());
         }
     }
-    let mut node: &Node = &v.root;
-    loop {
-        let (refs, next) = path_step(node, key);
-        for r in refs.rev() {
-            r.branch.run()?.get_hashed(key, h, seq, out)?;
-            if out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge) {
-                return Ok(());
-            }
-        }
-        match next {
-            Some(n) => node = n,
-            None => return Ok(()),
+    Ok(())
+}
+
+/// Branches a lookup keeps (and prefetches the filters of) before it probes them; a path with
+/// more goes on walking after them.
+const PREFETCHED: usize = 64;
+
+/// The branches a lookup of `key` probes, in order: each node from the root down, its branches
+/// live for the path's child whose key range holds `key`, newest first.
+struct OnPath<'a> {
+    key: &'a [u8],
+    /// The node after the current one (`None` past the leaf).
+    next: Option<&'a Node>,
+    /// The current node's branches not yet given, oldest first.
+    refs: std::slice::Iter<'a, BranchRef>,
+}
+
+impl<'a> OnPath<'a> {
+    fn new(root: &'a Node, key: &'a [u8]) -> OnPath<'a> {
+        OnPath {
+            key,
+            next: Some(root),
+            refs: [].iter(),
         }
     }
 }
 
-/// The branches of `node` live on `key`'s path whose key range holds it (oldest first), and
-/// the child the path goes on to (`None` at a leaf).
-fn path_step<'a>(
-    node: &'a Node,
-    key: &'a [u8],
-) -> (
-    impl DoubleEndedIterator<Item = &'a BranchRef> + 'a,
-    Option<&'a Node>,
-) {
-    let (refs, next): (&[BranchRef], Option<&Node>) = if node.is_leaf() {
-        (&node.branches, None)
-    } else {
-        let i = node.child_for(key);
-        let from = node.pos(node.children[i].start);
-        (&node.branches[from..], Some(&node.children[i].node))
-    };
-    let holds = move |r: &&BranchRef| {
-        let m = r.branch.meta();
-        m.entries > 0 && key >= m.min_key.as_slice() && key <= m.max_key.as_slice()
-    };
-    (refs.iter().filter(holds), next)
+impl<'a> Iterator for OnPath<'a> {
+    type Item = &'a Branch;
+
+    fn next(&mut self) -> Option<&'a Branch> {
+        loop {
+            if let Some(r) = self.refs.next_back() {
+                let m = r.branch.meta();
+                if m.entries > 0
+                    && self.key >= m.min_key.as_slice()
+                    && self.key <= m.max_key.as_slice()
+                {
+                    return Some(&r.branch);
+                }
+                continue;
+            }
+            let node = self.next.take()?;
+            let (refs, next): (&[BranchRef], Option<&Node>) = if node.is_leaf() {
+                (&node.branches, None)
+            } else {
+                let i = node.child_for(self.key);
+                let from = node.pos(node.children[i].start);
+                (&node.branches[from..], Some(&node.children[i].node))
+            };
+            self.refs = refs.iter();
+            self.next = next;
+        }
+    }
 }
 
 fn cmp_lo(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> Ordering {
