@@ -347,18 +347,16 @@ impl RunIter {
             }
             // Fences (FD-tree levels) are not entries.
             match (item.fence, &mut self.fences) {
-                (None, _) => break,
+                (None, _) => {
+                    return self
+                        .run
+                        .entry(node.page, &item, self.purpose, Some(&self.cursor))
+                        .map(Some)
+                }
                 (Some(f), Some(sink)) => sink(item.key, f),
                 (Some(_), None) => {}
             }
         }
-        let Some((node, i)) = self.cursor.leaf() else {
-            return Ok(None);
-        };
-        let item = node.data(i)?;
-        self.run
-            .entry(node.page, &item, self.purpose, Some(&self.cursor))
-            .map(Some)
     }
 }
 

@@ -1024,10 +1024,8 @@ impl Run {
                         ),
                     ));
                 }
-                let mut v = Vec::with_capacity(head + rest.len());
-                v.extend_from_slice(spill);
-                v.extend_from_slice(rest);
-                Arc::from(v)
+                // One allocation: the pieces straight into the shared value.
+                spill.iter().chain(rest).copied().collect()
             }
         };
         Ok(Entry {
