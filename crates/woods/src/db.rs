@@ -2121,6 +2121,8 @@ pub struct DbIter {
     inner: Arc<Inner>,
     seq: u64,
     resolver: Resolver,
+    /// The pair [`DbIter::next_ref`] lent out last.
+    current: Option<crate::merge::Pair>,
 }
 
 impl DbIter {
@@ -2144,7 +2146,36 @@ impl DbIter {
             inner,
             seq,
             resolver,
+            current: None,
         })
+    }
+
+    /// The next pair, lent instead of copied: the key and value stay valid until the next call
+    /// and are not copied into vectors as [`Iterator::next`] does (no allocation per pair).
+    /// Both kinds of call can be mixed; each advances the iterator.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = woods::Db::open(dir.path(), woods::Options::with_index(woods::IndexKind::from_name("lsm").unwrap())).unwrap();
+    /// db.put("a", "1")?;
+    /// db.put("b", "2")?;
+    /// let mut it = db.range("a"..)?;
+    /// let mut total = 0;
+    /// while let Some(pair) = it.next_ref() {
+    ///     let (key, value) = pair?;
+    ///     total += key.len() + value.len();
+    /// }
+    /// assert_eq!(total, 4);
+    /// # Ok::<(), woods::Error>(())
+    /// ```
+    pub fn next_ref(&mut self) -> Option<Result<(&[u8], &[u8])>> {
+        match self.resolver.next()? {
+            Ok(pair) => {
+                let (k, v) = self.current.insert(pair);
+                Some(Ok((&k[..], &v[..])))
+            }
+            Err(e) => Some(Err(e)),
+        }
     }
 }
 
@@ -2166,6 +2197,66 @@ impl Drop for DbIter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `next_ref` lends the pairs `next` copies, in the same order, forward and reversed, with
+    /// versions in the memtables and in the index, deletes and both kinds of call mixed.
+    #[test]
+    fn lent_pairs_are_the_copied_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = Options {
+            memtable_bytes: 16 << 10,
+            ..Options::with_index(crate::IndexKind::from_name("lsm").expect("lsm"))
+        };
+        let db = Db::open(dir.path(), opts).expect("open");
+        for i in 0..3_000u32 {
+            db.put(format!("k{:05}", i * 7 % 3_000), format!("v{i}"))
+                .expect("put");
+            if i % 11 == 0 {
+                db.delete(format!("k{:05}", i * 3 % 3_000)).expect("delete");
+            }
+        }
+        db.flush().expect("flush");
+        for i in (0..3_000u32).step_by(5) {
+            db.put(format!("k{:05}", i), format!("new{i}"))
+                .expect("put");
+        }
+        for reverse in [false, true] {
+            let open = || {
+                if reverse {
+                    db.range_rev("k00100".."k02900")
+                } else {
+                    db.range("k00100".."k02900")
+                }
+                .expect("range")
+            };
+            let copied: Vec<(Vec<u8>, Vec<u8>)> =
+                open().collect::<Result<_>>().expect("copied pairs");
+            assert!(copied.len() > 1_000, "{} pairs", copied.len());
+            let mut lent = Vec::new();
+            let mut it = open();
+            while let Some(pair) = it.next_ref() {
+                let (k, v) = pair.expect("lent pair");
+                lent.push((k.to_vec(), v.to_vec()));
+            }
+            assert_eq!(lent, copied, "reverse {reverse}");
+            // Mixed: every third pair copied, the others lent.
+            let mut mixed = Vec::new();
+            let mut it = open();
+            for n in 0.. {
+                let pair = if n % 3 == 0 {
+                    it.next().map(|p| p.expect("copied pair"))
+                } else {
+                    it.next_ref()
+                        .map(|p| p.map(|(k, v)| (k.to_vec(), v.to_vec())).expect("lent pair"))
+                };
+                match pair {
+                    Some(p) => mixed.push(p),
+                    None => break,
+                }
+            }
+            assert_eq!(mixed, copied, "mixed, reverse {reverse}");
+        }
+    }
 
     /// A batch whose writer finishes first still becomes visible only after every earlier batch:
     /// `publish` of sequence numbers 2..=3 waits for the writer of 1.

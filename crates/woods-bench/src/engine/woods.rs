@@ -171,11 +171,15 @@ impl Engine for WoodsEngine {
         if limit == 0 {
             return Ok(0);
         }
-        let iter = self.db.range(start..).map_err(|e| err("seek", e))?;
+        let mut iter = self.db.range(start..).map_err(|e| err("seek", e))?;
         let mut n = 0;
-        for entry in iter.take(limit) {
-            let (k, v) = entry.map_err(|e| err("next", e))?;
-            visit(&k, &v);
+        // Lent pairs, as the other engines' cursors hand them: no copy per pair.
+        while n < limit {
+            let Some(pair) = iter.next_ref() else {
+                break;
+            };
+            let (k, v) = pair.map_err(|e| err("next", e))?;
+            visit(k, v);
             n += 1;
         }
         Ok(n)

@@ -187,6 +187,9 @@ pub fn resolve(
     ))))
 }
 
+/// A key and its value as a reader sees them, shared with the entries they came from.
+pub type Pair = (Arc<[u8]>, Arc<[u8]>);
+
 /// Turns a merged stream of all versions into what a reader at `seq` sees: one `(key, value)`
 /// per live key, in the stream's direction.
 pub struct Resolver {
@@ -215,7 +218,7 @@ impl Resolver {
 }
 
 impl Iterator for Resolver {
-    type Item = Result<(Arc<[u8]>, Arc<[u8]>)>;
+    type Item = Result<Pair>;
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             self.group.clear();
