@@ -25,15 +25,14 @@ pub fn get(v: &Version, key: &[u8], seq: u64, out: &mut Vec<Entry>) -> Result<()
     // that they load in parallel instead of one by one as the probes reach them.
     let mut path = OnPath::new(&v.root, key);
     let mut first: [Option<&Branch>; PREFETCHED] = [None; PREFETCHED];
-    let mut n = 0;
     for (slot, b) in first.iter_mut().zip(path.by_ref()) {
         if let Some(run) = b.opened() {
             run.prefetch_filter(h);
         }
         *slot = Some(b);
-        n += 1;
     }
-    for b in first[..n].iter().flatten().copied().chain(path) {
+    // The slots past the path's end stay empty.
+    for b in first.iter().flatten().copied().chain(path) {
         b.run()?.get_hashed(key, h, seq, out)?;
         if out.len() > start && out.last().is_some_and(|e| e.kind != Kind::Merge) {
             return Ok(());
