@@ -250,6 +250,49 @@ impl Cache {
     /// leave the cache holding no pages.
     pub fn reserve(&self, bytes: u64) {
         self.reserved.fetch_add(bytes, Ordering::Relaxed);
+        self.shrink();
+    }
+
+    /// Gives frames back in every shard held past its limit, at once: a charge frees the pages'
+    /// memory when it is made, not as later pages come in (a merge reading past the cache
+    /// brings none, and a filter it builds would otherwise sit beside a full cache).
+    fn shrink(&self) {
+        for shard in &self.shards {
+            let mut s = shard.lock();
+            let limit = self.shard_limit(s.capacity);
+            if s.frames.len() > limit {
+                let gone = Self::shrink_to(&mut s, limit);
+                drop(s);
+                drop(gone);
+            }
+        }
+    }
+
+    /// Evicts frames of `s` until it holds at most `limit`; returns their pages, to be freed
+    /// after the shard's lock is let go.
+    fn shrink_to(s: &mut Shard, limit: usize) -> Vec<PageRef> {
+        let mut gone_pages = Vec::new();
+        while s.frames.len() > limit {
+            let victim = Self::victim(s, limit, false);
+            let last = s.frames.len() - 1;
+            let gone = s.frames.swap_remove(victim);
+            s.map.remove(&gone.page);
+            Self::count_eviction(s, &gone);
+            gone_pages.push(gone.data);
+            if victim != last {
+                let moved = s.frames[victim].page;
+                if moved != INVALID {
+                    s.map.insert(moved, victim);
+                }
+            }
+            if s.hand >= s.frames.len() {
+                s.hand = 0;
+            }
+            if s.index_hand >= s.frames.len() {
+                s.index_hand = 0;
+            }
+        }
+        gone_pages
     }
 
     /// [`Cache::reserve`] if all charges then stay within half the cache's bytes (true), else
@@ -341,26 +384,9 @@ impl Cache {
             s.frames[i].referenced = true;
             return;
         }
-        // Reservations grew: give frames back until the shard is within its limit again.
-        while s.frames.len() > limit {
-            let victim = Self::victim(&mut s, limit, false);
-            let last = s.frames.len() - 1;
-            let gone = s.frames.swap_remove(victim);
-            s.map.remove(&gone.page);
-            Self::count_eviction(&mut s, &gone);
-            if victim != last {
-                let moved = s.frames[victim].page;
-                if moved != INVALID {
-                    s.map.insert(moved, victim);
-                }
-            }
-            if s.hand >= s.frames.len() {
-                s.hand = 0;
-            }
-            if s.index_hand >= s.frames.len() {
-                s.index_hand = 0;
-            }
-        }
+        // Reservations grew (or the rows took room): give frames back until the shard is within
+        // its limit again.
+        let _gone = Self::shrink_to(&mut s, limit);
         if limit == 0 {
             // Everything is reserved: the page is not kept.
             return;
@@ -745,6 +771,24 @@ mod tests {
         fill(&c, 30_000);
         assert_eq!(held(&c, 30_000), 256);
         assert_eq!(c.stats().reserved_bytes, 0);
+    }
+
+    /// A reservation frees the pages' memory when it is made: the cache gives frames back at
+    /// once, not only as later pages come in (none may: a merge reads past the cache).
+    #[test]
+    fn a_reservation_gives_pages_back_at_once() {
+        let page = PAGE_SIZE as u64;
+        let c = Cache::new(256 * page);
+        for p in 0..1000u64 {
+            c.insert(p, page_bytes(p));
+        }
+        let before = c.stats().evictions;
+        c.reserve(192 * page);
+        let gone = c.stats().evictions - before;
+        assert!(gone >= 192 - SHARDS as u64, "{gone} pages given back");
+        let left = held(&c, 0..1000);
+        assert!(left <= 64, "{left} pages held beside a 192-page charge");
+        c.unreserve(192 * page);
     }
 
     /// `try_reserve` charges only while all charges stay within half the cache, counting the

@@ -26,7 +26,8 @@ pub use fault::{CutPoint, FaultFs, FaultPlan, PowerCut};
 pub use io::Pending;
 #[doc(hidden)]
 pub use pagefile::{
-    page_stamp, seal_page, verify, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE, PAGE_TRAILER,
+    page_stamp, seal_page, verify, Charge, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE,
+    PAGE_TRAILER,
 };
 pub use real::{RealFs, SharedMap};
 #[doc(hidden)]

@@ -20,6 +20,45 @@ pub const PAGE_BODY: usize = PAGE_SIZE - PAGE_TRAILER;
 /// Where the crc32c of a page starts: it covers the page number and every byte before it.
 const CRC_AT: usize = PAGE_SIZE - 4;
 
+/// Memory an index holds outside the cache, charged to the cache's budget while this lives:
+/// the cache holds as many bytes of pages fewer ([`PageFile::charge`]). It follows the memory
+/// rather than a version: a structure kept alive by a reader or a commit in flight stays
+/// charged until it is freed.
+pub struct Charge {
+    store: Arc<PageFile>,
+    bytes: u64,
+}
+
+impl Charge {
+    /// The bytes charged now.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Charges `bytes` in all from now on (more or less than before).
+    pub fn set(&mut self, bytes: u64) {
+        let cache = self.store.cache();
+        if bytes > self.bytes {
+            cache.reserve(bytes - self.bytes);
+        } else {
+            cache.unreserve(self.bytes - bytes);
+        }
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.store.cache().unreserve(self.bytes);
+    }
+}
+
+impl std::fmt::Debug for Charge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Charge({} bytes)", self.bytes)
+    }
+}
+
 /// The page store every index kind reads and writes: data file + cache + allocator + counters.
 #[doc(hidden)]
 pub struct PageFile {
@@ -124,6 +163,16 @@ impl PageFile {
 
     pub fn cache(&self) -> &Cache {
         &self.cache
+    }
+
+    /// Charges `bytes` of memory held outside the cache to it ([`Cache::reserve`]) for as long
+    /// as the returned [`Charge`] lives.
+    pub fn charge(self: &Arc<Self>, bytes: u64) -> Charge {
+        self.cache.reserve(bytes);
+        Charge {
+            store: self.clone(),
+            bytes,
+        }
     }
 
     pub fn counters(&self) -> &Arc<IoCounters> {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::entry::codec::{self, Reader};
 use crate::error::{Error, Result};
-use crate::storage::{AlignedBuf, Extent, PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
+use crate::storage::{AlignedBuf, Charge, Extent, PageFile, Purpose, PAGE_BODY, PAGE_SIZE};
 
 /// The persisted filter's first bytes.
 const MAGIC: &[u8; 4] = b"BOAF";
@@ -76,8 +76,8 @@ pub struct Sketch {
     pub run: u8,
 }
 
-/// A level's routing filter, in memory (its bytes are charged to the cache's budget by the
-/// index).
+/// A level's routing filter, in memory; its bytes are charged to the cache's budget while it
+/// lives ([`RoutingFilter::charged`]).
 #[derive(Debug)]
 pub struct RoutingFilter {
     shape: Shape,
@@ -86,6 +86,8 @@ pub struct RoutingFilter {
     pivot_bits: u32,
     data: Vec<u8>,
     entries: u64,
+    /// The memory charged to the cache (none in tests built without a store).
+    charge: Option<Charge>,
 }
 
 /// What a lookup found in one level.
@@ -232,43 +234,93 @@ impl RoutingFilter {
         Ok(out)
     }
 
-    /// The persisted form: header, pivot table, list, crc32c of all before it.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.bytes() as usize);
-        out.extend_from_slice(MAGIC);
-        out.push(FORMAT);
+    /// Writes the persisted form (header, pivot table, list, crc32c of all before it) to `put`
+    /// a piece at a time, never as one copy: a full level's filter is tens of MiB at 50
+    /// million records, and a copy of it beside the filter went past the memory budget.
+    fn encode_with(&self, mut put: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let mut crc = 0u32;
+        let mut body = |b: &[u8]| {
+            crc = crc32c::crc32c_append(crc, b);
+            put(b)
+        };
+        let mut head = Vec::with_capacity(HEADER);
+        head.extend_from_slice(MAGIC);
+        head.push(FORMAT);
         for b in [
             self.shape.prefix_bits,
             self.shape.check_bits,
             self.shape.run_bits,
             self.pivot_bits,
         ] {
-            out.push(b as u8);
+            head.push(b as u8);
         }
-        codec::put_u64(&mut out, self.entries);
-        codec::put_u64(&mut out, self.data.len() as u64);
-        for p in &self.pivots {
-            codec::put_u32(&mut out, *p);
+        codec::put_u64(&mut head, self.entries);
+        codec::put_u64(&mut head, self.data.len() as u64);
+        body(&head)?;
+        let mut chunk = Vec::with_capacity(PIVOT_CHUNK * 4);
+        for part in self.pivots.chunks(PIVOT_CHUNK) {
+            chunk.clear();
+            for p in part {
+                codec::put_u32(&mut chunk, *p);
+            }
+            body(&chunk)?;
         }
-        out.extend_from_slice(&self.data);
-        let crc = crc32c::crc32c(&out);
-        codec::put_u32(&mut out, crc);
-        out
+        body(&self.data)?;
+        put(&crc.to_le_bytes())
     }
 
-    /// Decodes [`RoutingFilter::encode`]'s bytes, checking the header, the checksum and the
-    /// pivot table (the entries are checked by [`RoutingFilter::all`]).
+    /// Bytes of the persisted form.
+    fn encoded_len(&self) -> u64 {
+        (HEADER + 4 * self.pivots.len() + self.data.len() + 4) as u64
+    }
+
+    /// The persisted form in one vector (tests).
+    #[cfg(test)]
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.encoded_len() as usize);
+        self.encode_with(|b| {
+            out.extend_from_slice(b);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Decodes [`RoutingFilter::encode`]'s bytes (tests).
+    #[cfg(test)]
     pub fn decode_bytes(buf: &[u8]) -> Result<RoutingFilter> {
+        let mut at = 0usize;
+        RoutingFilter::decode_with(buf.len() as u64, |out| {
+            let end = at + out.len();
+            let src = buf.get(at..end).ok_or_else(|| {
+                Error::corruption("boa routing filter", None, format!("ends at {}", buf.len()))
+            })?;
+            out.copy_from_slice(src);
+            at = end;
+            Ok(())
+        })
+    }
+
+    /// Decodes the persisted form of `len` bytes, read a piece at a time from `read` (which
+    /// fills the buffer it is given), checking the header, the sizes against `len` before
+    /// anything is allocated, the pivot table and the checksum (the entries are checked by
+    /// [`RoutingFilter::all`]).
+    fn decode_with(
+        len: u64,
+        mut read: impl FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<RoutingFilter> {
         let bad = |d: String| Error::corruption("boa routing filter", None, d);
-        if buf.len() < 4 {
-            return Err(bad(format!("{} bytes", buf.len())));
+        if len < (HEADER + 4) as u64 {
+            return Err(bad(format!("{len} bytes")));
         }
-        let (body, crc) = buf.split_at(buf.len() - 4);
-        let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
-        if crc32c::crc32c(body) != stored {
-            return Err(bad("checksum mismatch".into()));
-        }
-        let mut r = Reader::new(body, "boa routing filter");
+        let mut crc = 0u32;
+        let mut body = |out: &mut [u8]| {
+            read(out)?;
+            crc = crc32c::crc32c_append(crc, out);
+            Ok::<(), Error>(())
+        };
+        let mut head = [0u8; HEADER];
+        body(&mut head)?;
+        let mut r = Reader::new(&head, "boa routing filter");
         if r.take(4)? != MAGIC || r.u8()? != FORMAT {
             return Err(bad("not a routing filter of format 1".into()));
         }
@@ -289,51 +341,80 @@ impl RoutingFilter {
         let entries = r.u64()?;
         let data_len = r.u64()?;
         let n = (1usize << pivot_bits) + 1;
-        if (n * 4) as u64 + data_len != r.remaining() as u64 {
+        if ((HEADER + 4 + n * 4) as u64).checked_add(data_len) != Some(len) {
             return Err(bad(format!(
-                "{n} pivots and {data_len} bytes of entries in {} bytes",
-                r.remaining()
+                "{n} pivots and {data_len} bytes of entries in {len} bytes"
             )));
         }
         let mut pivots = Vec::with_capacity(n);
-        for _ in 0..n {
-            let p = r.u32()?;
-            if pivots.last().is_some_and(|&l| p < l) || u64::from(p) > data_len {
-                return Err(bad(format!("pivot table out of order at {}", pivots.len())));
+        let mut chunk = vec![0u8; PIVOT_CHUNK * 4];
+        while pivots.len() < n {
+            let k = (n - pivots.len()).min(PIVOT_CHUNK);
+            body(&mut chunk[..k * 4])?;
+            for b in chunk[..k * 4].chunks_exact(4) {
+                let p = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                if pivots.last().is_some_and(|&l| p < l) || u64::from(p) > data_len {
+                    return Err(bad(format!("pivot table out of order at {}", pivots.len())));
+                }
+                pivots.push(p);
             }
-            pivots.push(p);
         }
         if pivots.first() != Some(&0) || pivots.last().map(|&l| u64::from(l)) != Some(data_len) {
             return Err(bad("pivot table does not span the entries".into()));
         }
-        let data = r.take(data_len as usize)?.to_vec();
+        let mut data = vec![0u8; data_len as usize];
+        body(&mut data)?;
+        let mut stored = [0u8; 4];
+        read(&mut stored)?;
+        if crc != u32::from_le_bytes(stored) {
+            return Err(bad("checksum mismatch".into()));
+        }
         Ok(RoutingFilter {
             shape,
             pivots,
             pivot_bits,
             data,
             entries,
+            charge: None,
         })
     }
 
-    /// Writes the persisted form into a fresh extent; returns it and the byte length.
-    pub fn write(&self, store: &PageFile, purpose: Purpose) -> Result<(Extent, u64)> {
-        let bytes = self.encode();
-        let pages = bytes.len().div_ceil(PAGE_BODY);
-        let mut buf = AlignedBuf::zeroed(pages * PAGE_SIZE);
-        for (i, c) in bytes.chunks(PAGE_BODY).enumerate() {
-            buf[i * PAGE_SIZE..i * PAGE_SIZE + c.len()].copy_from_slice(c);
+    /// Charges the filter's memory to `store`'s cache for as long as it lives (whichever
+    /// version, reader or commit keeps it).
+    pub fn charged(mut self, store: &Arc<PageFile>) -> RoutingFilter {
+        let held = (self.data.capacity() + 4 * self.pivots.capacity()) as u64;
+        match &mut self.charge {
+            Some(c) => c.set(held),
+            None => self.charge = Some(store.charge(held)),
         }
-        let ext = store.alloc().alloc(pages as u64);
-        if let Err(e) = store.write(ext.start, &mut buf, purpose) {
+        self
+    }
+
+    /// Writes the persisted form into a fresh extent, [`CHUNK_PAGES`] pages at a time; returns
+    /// the extent and the byte length.
+    pub fn write(&self, store: &PageFile, purpose: Purpose) -> Result<(Extent, u64)> {
+        let len = self.encoded_len();
+        let pages = len.div_ceil(PAGE_BODY as u64);
+        let ext = store.alloc().alloc(pages);
+        let mut w = PageWriter {
+            store,
+            start: ext.start,
+            purpose,
+            buf: AlignedBuf::zeroed(CHUNK_PAGES * PAGE_SIZE),
+            pages: 0,
+            off: 0,
+        };
+        let r = self.encode_with(|b| w.put(b)).and_then(|()| w.flush());
+        if let Err(e) = r {
             store.alloc().release(ext);
             return Err(e);
         }
-        Ok((ext, bytes.len() as u64))
+        Ok((ext, len))
     }
 
-    /// Reads a filter written by [`RoutingFilter::write`].
-    pub fn read(store: &PageFile, ext: Extent, len: u64) -> Result<RoutingFilter> {
+    /// Reads a filter written by [`RoutingFilter::write`], [`CHUNK_PAGES`] pages at a time,
+    /// and charges it to `store`'s cache.
+    pub fn read(store: &Arc<PageFile>, ext: Extent, len: u64) -> Result<RoutingFilter> {
         let bad = |d: String| Error::corruption("boa routing filter", Some(ext.start), d);
         let first = store.alloc().first_page();
         let end = store.alloc().end();
@@ -347,13 +428,115 @@ impl RoutingFilter {
                 ext.start, ext.pages
             )));
         }
-        let buf = store.read_many(ext.start, ext.pages as usize, Purpose::Merge)?;
-        let mut out = Vec::with_capacity(len as usize);
-        for i in 0..ext.pages as usize {
-            let take = (len as usize - out.len()).min(PAGE_BODY);
-            out.extend_from_slice(&buf[i * PAGE_SIZE..i * PAGE_SIZE + take]);
+        let mut r = PageReader {
+            store,
+            ext,
+            next: 0,
+            buf: AlignedBuf::default(),
+            pages: 0,
+            page: 0,
+            off: 0,
+        };
+        let f = RoutingFilter::decode_with(len, |out| r.read(out))?;
+        Ok(f.charged(store))
+    }
+}
+
+/// Pivots encoded or decoded at a time.
+const PIVOT_CHUNK: usize = 1024;
+/// Bytes of the persisted form's header: magic, format, four shape bytes, entries, list bytes.
+const HEADER: usize = 4 + 1 + 4 + 8 + 8;
+/// Pages a filter's write or read moves at a time (1 MiB).
+const CHUNK_PAGES: usize = 256;
+
+/// A byte stream into the page bodies from `start` on, written a chunk of pages at a time.
+struct PageWriter<'a> {
+    store: &'a PageFile,
+    start: u64,
+    purpose: Purpose,
+    buf: AlignedBuf,
+    /// Pages written before the chunk in `buf`.
+    pages: u64,
+    /// Bytes of the stream in `buf` (page bodies, in page order).
+    off: usize,
+}
+
+impl PageWriter<'_> {
+    fn put(&mut self, mut b: &[u8]) -> Result<()> {
+        while !b.is_empty() {
+            let (page, at) = (self.off / PAGE_BODY, self.off % PAGE_BODY);
+            let n = (PAGE_BODY - at).min(b.len());
+            let i = page * PAGE_SIZE + at;
+            self.buf[i..i + n].copy_from_slice(&b[..n]);
+            self.off += n;
+            b = &b[n..];
+            if self.off == CHUNK_PAGES * PAGE_BODY {
+                self.flush()?;
+            }
         }
-        RoutingFilter::decode_bytes(&out)
+        Ok(())
+    }
+
+    /// Writes the pages the chunk has begun.
+    fn flush(&mut self) -> Result<()> {
+        let n = self.off.div_ceil(PAGE_BODY);
+        if n == 0 {
+            return Ok(());
+        }
+        self.store.write(
+            self.start + self.pages,
+            &mut self.buf[..n * PAGE_SIZE],
+            self.purpose,
+        )?;
+        self.pages += n as u64;
+        self.off = 0;
+        self.buf.fill(0);
+        Ok(())
+    }
+}
+
+/// A byte stream out of the page bodies of an extent, read a chunk of pages at a time.
+struct PageReader<'a> {
+    store: &'a PageFile,
+    ext: Extent,
+    /// Pages of the extent read so far.
+    next: u64,
+    buf: AlignedBuf,
+    /// Pages in `buf`, the one being read, and the offset in its body.
+    pages: usize,
+    page: usize,
+    off: usize,
+}
+
+impl PageReader<'_> {
+    fn read(&mut self, mut out: &mut [u8]) -> Result<()> {
+        while !out.is_empty() {
+            if self.off == PAGE_BODY {
+                self.page += 1;
+                self.off = 0;
+            }
+            if self.page == self.pages {
+                let n = (self.ext.pages - self.next).min(CHUNK_PAGES as u64) as usize;
+                if n == 0 {
+                    return Err(Error::corruption(
+                        "boa routing filter",
+                        Some(self.ext.start),
+                        format!("runs past its {} pages", self.ext.pages),
+                    ));
+                }
+                self.buf = self
+                    .store
+                    .read_many(self.ext.start + self.next, n, Purpose::Merge)?;
+                self.next += n as u64;
+                (self.pages, self.page, self.off) = (n, 0, 0);
+            }
+            let k = (PAGE_BODY - self.off).min(out.len());
+            let i = self.page * PAGE_SIZE + self.off;
+            out[..k].copy_from_slice(&self.buf[i..i + k]);
+            self.off += k;
+            out = &mut out[k..];
+        }
+        Ok(())
     }
 }
 
@@ -411,6 +594,8 @@ pub struct FilterBuilder {
     data: Vec<u8>,
     entries: u64,
     last_new: Option<Sketch>,
+    /// The memory of `data` and `pivots`, charged to the cache ([`FilterBuilder::charge_to`]).
+    charge: Option<Charge>,
 }
 
 impl FilterBuilder {
@@ -435,9 +620,18 @@ impl FilterBuilder {
             pivots: vec![0; (1 << pivot_bits) + 1],
             pivot: 0,
             prev: 0,
-            data: Vec::new(),
+            // About what the list will take (the old list's bytes, a byte of delta and the
+            // sketch per new entry, an eighth more), so that it seldom grows by doubling: a
+            // doubling holds the old and the new buffer at once.
+            data: Vec::with_capacity(
+                (old.map_or(0, |f| f.data.len() as u64)
+                    + new_entries * (shape.sketch_bytes() as u64 + 1)
+                    + new_entries / 8)
+                    .min(1 << 40) as usize,
+            ),
             entries: 0,
             last_new: None,
+            charge: None,
         };
         b.advance_old()?;
         Ok(b)
@@ -446,6 +640,17 @@ impl FilterBuilder {
     /// The shape of the filter being built.
     pub fn shape(&self) -> Shape {
         self.shape
+    }
+
+    /// Charges the builder's memory to `store`'s cache from now on, as it grows, and the
+    /// finished filter's after it.
+    pub fn charge_to(&mut self, store: &Arc<PageFile>) {
+        self.charge = Some(store.charge(self.held()));
+    }
+
+    /// Bytes the builder holds.
+    fn held(&self) -> u64 {
+        (self.data.capacity() + 4 * self.pivots.capacity()) as u64
     }
 
     fn advance_old(&mut self) -> Result<()> {
@@ -489,6 +694,10 @@ impl FilterBuilder {
             .extend_from_slice(&s.to_le_bytes()[..self.shape.sketch_bytes()]);
         self.prev = e.prefix;
         self.entries += 1;
+        let held = self.held();
+        if let Some(c) = self.charge.as_mut().filter(|c| c.bytes() != held) {
+            c.set(held);
+        }
         Ok(())
     }
 
@@ -535,6 +744,7 @@ impl FilterBuilder {
             pivot_bits: self.pivot_bits,
             data: self.data,
             entries: self.entries,
+            charge: self.charge,
         })
     }
 }

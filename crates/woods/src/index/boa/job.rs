@@ -188,7 +188,8 @@ impl Job {
         let run = u8::try_from(target_level.runs.len())
             .map_err(|_| Error::corruption("boa", None, "a level of over 255 runs"))?;
         let shape = Shape::for_runs(entries, s.run_bits, s.check_bits);
-        let filter = FilterBuilder::new(target_level.filter.as_ref(), shape, run, entries)?;
+        let mut filter = FilterBuilder::new(target_level.filter.as_ref(), shape, run, entries)?;
+        filter.charge_to(s.store);
         let purpose = match kind {
             Kind::Flush(_) => Purpose::Flush,
             Kind::Merge { .. } => Purpose::Merge,

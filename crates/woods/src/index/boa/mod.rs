@@ -96,8 +96,6 @@ pub struct Tree {
     /// (filters are read only at open, so no reader holds them).
     retired_filters: Mutex<Vec<Extent>>,
     committer: Committer,
-    /// Filter bytes charged to the cache.
-    reserved: AtomicU64,
     counters: Counters,
 }
 
@@ -167,7 +165,6 @@ impl Boa {
             }),
             retired_filters: Mutex::new(Vec::new()),
             committer: Committer::default(),
-            reserved: AtomicU64::new(0),
             counters: Counters::default(),
         };
         tree.publish(version);
@@ -195,13 +192,9 @@ impl Tree {
         self.params.lambda.trailing_zeros()
     }
 
-    /// Makes `v` current and charges its filters to the cache instead of the last version's.
+    /// Makes `v` current (its filters are charged to the cache while they live, whichever
+    /// version holds them).
     fn publish(&self, v: Version) {
-        let bytes = v.filter_bytes();
-        let old = self.reserved.swap(bytes, Ordering::Relaxed);
-        let cache = self.ctx.store.cache();
-        cache.reserve(bytes);
-        cache.unreserve(old);
         self.current.publish(&self.committer, |_| Arc::new(v));
     }
 
@@ -545,15 +538,6 @@ impl Durable for Tree {
 
     fn store(&self) -> &PageFile {
         &self.ctx.store
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        self.ctx
-            .store
-            .cache()
-            .unreserve(self.reserved.swap(0, Ordering::Relaxed));
     }
 }
 
