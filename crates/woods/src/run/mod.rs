@@ -24,6 +24,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 pub use builder::RunBuilder;
+#[cfg(test)]
+pub(crate) use builder::WRITES_IN_FLIGHT;
 pub(crate) use iter::DataPages;
 pub use iter::{FenceSink, RunIter};
 pub use region::Region;

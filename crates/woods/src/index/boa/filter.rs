@@ -234,54 +234,67 @@ impl RoutingFilter {
         Ok(out)
     }
 
-    /// Writes the persisted form (header, pivot table, list, crc32c of all before it) to `put`
-    /// a piece at a time, never as one copy: a full level's filter is tens of MiB at 50
-    /// million records, and a copy of it beside the filter went past the memory budget.
-    fn encode_with(&self, mut put: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
-        let mut crc = 0u32;
-        let mut body = |b: &[u8]| {
-            crc = crc32c::crc32c_append(crc, b);
-            put(b)
-        };
-        let mut head = Vec::with_capacity(HEADER);
-        head.extend_from_slice(MAGIC);
-        head.push(FORMAT);
-        for b in [
-            self.shape.prefix_bits,
-            self.shape.check_bits,
-            self.shape.run_bits,
-            self.pivot_bits,
-        ] {
-            head.push(b as u8);
-        }
-        codec::put_u64(&mut head, self.entries);
-        codec::put_u64(&mut head, self.data.len() as u64);
-        body(&head)?;
-        let mut chunk = Vec::with_capacity(PIVOT_CHUNK * 4);
-        for part in self.pivots.chunks(PIVOT_CHUNK) {
-            chunk.clear();
-            for p in part {
-                codec::put_u32(&mut chunk, *p);
+    /// Passes bytes `from..to` of the persisted form's body (header, pivot table, list; the
+    /// crc32c of all of it follows) to `put`, a piece at a time, never as one copy: a full
+    /// level's filter is tens of MiB at 50 million records, and a copy of it beside the filter
+    /// went past the memory budget.
+    fn emit(&self, from: u64, to: u64, put: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let piv_end = (HEADER + 4 * self.pivots.len()) as u64;
+        let to = to.min(piv_end + self.data.len() as u64);
+        let mut pos = from;
+        let mut tmp = Vec::new();
+        while pos < to {
+            tmp.clear();
+            if pos < HEADER as u64 {
+                tmp.extend_from_slice(MAGIC);
+                tmp.push(FORMAT);
+                for b in [
+                    self.shape.prefix_bits,
+                    self.shape.check_bits,
+                    self.shape.run_bits,
+                    self.pivot_bits,
+                ] {
+                    tmp.push(b as u8);
+                }
+                codec::put_u64(&mut tmp, self.entries);
+                codec::put_u64(&mut tmp, self.data.len() as u64);
+                let e = to.min(HEADER as u64);
+                put(&tmp[pos as usize..e as usize])?;
+                pos = e;
+            } else if pos < piv_end {
+                let first = (pos - HEADER as u64) / 4;
+                let skip = ((pos - HEADER as u64) % 4) as usize;
+                let e = to.min(piv_end).min(pos + (PIVOT_CHUNK * 4) as u64);
+                let last = (e - HEADER as u64).div_ceil(4);
+                for p in &self.pivots[first as usize..last as usize] {
+                    codec::put_u32(&mut tmp, *p);
+                }
+                put(&tmp[skip..skip + (e - pos) as usize])?;
+                pos = e;
+            } else {
+                let e = to;
+                put(&self.data[(pos - piv_end) as usize..(e - piv_end) as usize])?;
+                pos = e;
             }
-            body(&chunk)?;
         }
-        body(&self.data)?;
-        put(&crc.to_le_bytes())
+        Ok(())
     }
 
-    /// Bytes of the persisted form.
-    fn encoded_len(&self) -> u64 {
-        (HEADER + 4 * self.pivots.len() + self.data.len() + 4) as u64
+    /// Bytes of the persisted form's body (all but the checksum).
+    fn body_len(&self) -> u64 {
+        (HEADER + 4 * self.pivots.len() + self.data.len()) as u64
     }
 
     /// The persisted form in one vector (tests).
     #[cfg(test)]
     pub fn encode(&self) -> Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.encoded_len() as usize);
-        self.encode_with(|b| {
+        let mut out = Vec::with_capacity(self.body_len() as usize + 4);
+        self.emit(0, self.body_len(), &mut |b| {
             out.extend_from_slice(b);
             Ok(())
         })?;
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
         Ok(out)
     }
 
@@ -390,29 +403,7 @@ impl RoutingFilter {
         self
     }
 
-    /// Writes the persisted form into a fresh extent, [`CHUNK_PAGES`] pages at a time; returns
-    /// the extent and the byte length.
-    pub fn write(&self, store: &PageFile, purpose: Purpose) -> Result<(Extent, u64)> {
-        let len = self.encoded_len();
-        let pages = len.div_ceil(PAGE_BODY as u64);
-        let ext = store.alloc().alloc(pages);
-        let mut w = PageWriter {
-            store,
-            start: ext.start,
-            purpose,
-            buf: AlignedBuf::zeroed(CHUNK_PAGES * PAGE_SIZE),
-            pages: 0,
-            off: 0,
-        };
-        let r = self.encode_with(|b| w.put(b)).and_then(|()| w.flush());
-        if let Err(e) = r {
-            store.alloc().release(ext);
-            return Err(e);
-        }
-        Ok((ext, len))
-    }
-
-    /// Reads a filter written by [`RoutingFilter::write`], [`CHUNK_PAGES`] pages at a time,
+    /// Reads a filter written by [`FilterWrite`], [`CHUNK_PAGES`] pages at a time,
     /// and charges it to `store`'s cache.
     pub fn read(store: &Arc<PageFile>, ext: Extent, len: u64) -> Result<RoutingFilter> {
         let bad = |d: String| Error::corruption("boa routing filter", Some(ext.start), d);
@@ -450,8 +441,8 @@ const HEADER: usize = 4 + 1 + 4 + 8 + 8;
 const CHUNK_PAGES: usize = 256;
 
 /// A byte stream into the page bodies from `start` on, written a chunk of pages at a time.
-struct PageWriter<'a> {
-    store: &'a PageFile,
+struct PageWriter {
+    store: Arc<PageFile>,
     start: u64,
     purpose: Purpose,
     buf: AlignedBuf,
@@ -461,7 +452,7 @@ struct PageWriter<'a> {
     off: usize,
 }
 
-impl PageWriter<'_> {
+impl PageWriter {
     fn put(&mut self, mut b: &[u8]) -> Result<()> {
         while !b.is_empty() {
             let (page, at) = (self.off / PAGE_BODY, self.off % PAGE_BODY);
@@ -490,8 +481,111 @@ impl PageWriter<'_> {
         )?;
         self.pages += n as u64;
         self.off = 0;
-        self.buf.fill(0);
+        self.buf[..n * PAGE_SIZE].fill(0);
         Ok(())
+    }
+}
+
+/// A finished filter being written into a fresh extent in bounded steps, so that a `work` call
+/// finishing a merge writes a few pages of it, not all of it: at 50 million records a level's
+/// filter is 91 MB, and a paced writer that finished a merge waited 3.4 s for its write.
+pub struct FilterWrite {
+    filter: RoutingFilter,
+    ext: Unkept,
+    w: PageWriter,
+    /// Bytes of the persisted form written (body, then checksum).
+    at: u64,
+    crc: u32,
+}
+
+/// An extent freed on drop unless kept: the caller's once [`FilterWrite::into_parts`] hands it
+/// over.
+struct Unkept {
+    store: Arc<PageFile>,
+    ext: Extent,
+    kept: bool,
+}
+
+impl Drop for Unkept {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.store.alloc().release(self.ext);
+        }
+    }
+}
+
+impl FilterWrite {
+    /// Allocates the extent of `filter`'s persisted form; [`FilterWrite::step`] writes it.
+    pub fn new(filter: RoutingFilter, store: &Arc<PageFile>, purpose: Purpose) -> FilterWrite {
+        let pages = (filter.body_len() + 4).div_ceil(PAGE_BODY as u64);
+        let ext = store.alloc().alloc(pages);
+        FilterWrite {
+            filter,
+            ext: Unkept {
+                store: store.clone(),
+                ext,
+                kept: false,
+            },
+            w: PageWriter {
+                store: store.clone(),
+                start: ext.start,
+                purpose,
+                buf: AlignedBuf::zeroed(CHUNK_PAGES * PAGE_SIZE),
+                pages: 0,
+                off: 0,
+            },
+            at: 0,
+            crc: 0,
+        }
+    }
+
+    /// Bytes of the persisted form.
+    pub fn bytes(&self) -> u64 {
+        self.filter.body_len() + 4
+    }
+
+    /// Bytes of the persisted form written so far.
+    pub fn written(&self) -> u64 {
+        self.at
+    }
+
+    /// Writes the next pages, about `budget` bytes' worth (at least one, at most
+    /// [`CHUNK_PAGES`]); true once the whole form is written. Each step writes whole pages
+    /// (the last may be partial), so the next begins at a page's start.
+    pub fn step(&mut self, budget: u64) -> Result<bool> {
+        let len = self.bytes();
+        let body = len - 4;
+        if self.at == len {
+            return Ok(true);
+        }
+        let pages = budget
+            .div_ceil(PAGE_SIZE as u64)
+            .clamp(1, CHUNK_PAGES as u64);
+        let end = (self.at + pages * PAGE_BODY as u64).min(len);
+        let (crc, w) = (&mut self.crc, &mut self.w);
+        if self.at < body {
+            self.filter.emit(self.at, end.min(body), &mut |b| {
+                *crc = crc32c::crc32c_append(*crc, b);
+                w.put(b)
+            })?;
+        }
+        if end > body {
+            let c = crc.to_le_bytes();
+            w.put(&c[(self.at.max(body) - body) as usize..(end - body) as usize])?;
+        }
+        w.flush()?;
+        self.at = end;
+        Ok(end == len)
+    }
+
+    /// The filter, its extent and its byte length (once every step is done).
+    pub fn into_parts(self) -> (RoutingFilter, Extent, u64) {
+        let len = self.bytes();
+        let FilterWrite {
+            filter, mut ext, ..
+        } = self;
+        ext.kept = true;
+        (filter, ext.ext, len)
     }
 }
 

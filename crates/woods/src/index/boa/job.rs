@@ -12,7 +12,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::filter::{FilterBuilder, Shape};
+use super::filter::{FilterBuilder, FilterWrite, Shape};
 use super::hash::{run_key, split_run_key, Fingerprint, PREFIX_LEN};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
@@ -21,7 +21,7 @@ use crate::memtable::{MemIter, Memtable};
 use crate::merge::{Compactor, EntryIter, MergeIter};
 use crate::options::MergeOperator;
 use crate::run::{RunBuilder, RunOptions};
-use crate::storage::{PageFile, Purpose};
+use crate::storage::{PageFile, Purpose, PAGE_SIZE};
 
 /// Work units charged per entry on top of its key and value bytes.
 pub const ENTRY_UNITS: u64 = 16;
@@ -79,6 +79,13 @@ pub struct Job {
     sorting: Option<Sorting>,
     builder: Option<RunBuilder>,
     filter: Option<FilterBuilder>,
+    /// The input is spent: the steps finish the run, then write the filter.
+    spent: bool,
+    /// The run's last pages, index and header are written.
+    run_done: bool,
+    /// The finished filter being written, a few pages a step.
+    filter_write: Option<FilterWrite>,
+    store: Arc<PageFile>,
     group: Vec<Entry>,
     seed: u64,
     /// Work units of the whole job, and done so far.
@@ -210,6 +217,10 @@ impl Job {
             sorting: None,
             builder: Some(RunBuilder::new(s.store.clone(), opts)),
             filter: Some(filter),
+            spent: false,
+            run_done: false,
+            filter_write: None,
+            store: s.store.clone(),
             group: Vec::new(),
             seed: s.seed,
             total,
@@ -275,8 +286,14 @@ impl Job {
     }
 
     /// Moves about `budget` units of entries to the output (a flush first sorts its input in
-    /// steps of the same budget); `true` once the input is spent.
+    /// steps of the same budget); once the input is spent, finishes the run and writes the
+    /// level's new filter in steps of about `budget` bytes (a step finishing a 45-million-entry
+    /// merge wrote its 91 MB filter at once, 3.4 s in a paced writer's put); `true` once the
+    /// run and its filter are written.
     pub fn step(&mut self, budget: u64) -> Result<bool> {
+        if self.spent {
+            return self.finish_step(budget);
+        }
         if self.sorting.is_some() {
             let did = self.sort_step(budget)?;
             self.done += did;
@@ -293,7 +310,8 @@ impl Job {
         while did < budget.max(1) {
             let Some(r) = source.next_group(&mut self.group) else {
                 self.done += did;
-                return Ok(true);
+                self.spent = true;
+                return Ok(false);
             };
             r?;
             let Some(first) = self.group.first() else {
@@ -335,10 +353,46 @@ impl Job {
         Ok(false)
     }
 
-    /// The finished output: the run builder (with no entries: every input compacted away) and
-    /// the filter builder.
-    pub fn take_output(&mut self) -> Option<(RunBuilder, FilterBuilder)> {
-        Some((self.builder.take()?, self.filter.take()?))
+    /// A step after the input is spent: the run's finishing (index pages, header), then the
+    /// filter's pages; true once both are written (at once for a run that kept no entry).
+    fn finish_step(&mut self, budget: u64) -> Result<bool> {
+        let Some(builder) = self.builder.as_mut() else {
+            return Err(Error::InvalidOption("boa: a finished job stepped".into()));
+        };
+        if builder.entries() == 0 {
+            return Ok(true);
+        }
+        if !self.run_done {
+            self.run_done = builder.finish_step(budget)?;
+            // A finishing step that does not complete spent about its budget.
+            self.done += if self.run_done {
+                PAGE_SIZE as u64
+            } else {
+                budget
+            };
+            return Ok(false);
+        }
+        let purpose = self.purpose();
+        let w = match &mut self.filter_write {
+            Some(w) => w,
+            None => {
+                let Some(fb) = self.filter.take() else {
+                    return Err(Error::InvalidOption("boa: a filter finished twice".into()));
+                };
+                self.filter_write
+                    .insert(FilterWrite::new(fb.finish()?, &self.store, purpose))
+            }
+        };
+        let before = w.written();
+        let done = w.step(budget)?;
+        self.done += w.written() - before;
+        Ok(done)
+    }
+
+    /// The finished output: the run builder (finished, or with no entries: every input
+    /// compacted away) and the written filter (none for a run without entries).
+    pub fn take_output(&mut self) -> Option<(RunBuilder, Option<FilterWrite>)> {
+        Some((self.builder.take()?, self.filter_write.take()))
     }
 }
 

@@ -242,7 +242,7 @@ impl Tree {
     /// publishes it.
     fn finish_job(&self, mut job: Job) -> Result<()> {
         let store = &self.ctx.store;
-        let Some((builder, fb)) = job.take_output() else {
+        let Some((builder, written)) = job.take_output() else {
             return Err(Error::InvalidOption("boa: a job finished twice".into()));
         };
         let table = if builder.entries() > 0 {
@@ -258,20 +258,16 @@ impl Tree {
         };
         let mut filter_at = None;
         let mut filter = None;
-        if table.is_some() {
-            let f = fb.finish()?;
-            match f.write(store, job.purpose()) {
-                Ok(at) => {
-                    filter_at = Some(at);
-                    filter = Some(Arc::new(f));
-                }
-                Err(e) => {
-                    if let Some(t) = &table {
-                        t.mark_obsolete();
-                    }
-                    return Err(e);
-                }
-            }
+        if let Some(t) = &table {
+            let Some(w) = written else {
+                t.mark_obsolete();
+                return Err(Error::InvalidOption(
+                    "boa: a run finished without its filter".into(),
+                ));
+            };
+            let (f, ext, len) = w.into_parts();
+            filter_at = Some((ext, len));
+            filter = Some(Arc::new(f));
         }
         let v = self.version();
         let mut levels = v.levels.clone();
@@ -474,6 +470,42 @@ impl Tree {
 }
 
 impl Tree {
+    /// [`Index::work`]; without `wait`, `None` at once while another thread holds the job
+    /// ([`Index::work_unless_busy`]): a writer's share does not wait through a background
+    /// thread's step.
+    fn work_as(&self, budget: u64, wait: bool) -> Result<Option<u64>> {
+        self.committer.error()?;
+        let Some(mut g) = crate::index::lock_job(&self.job, wait) else {
+            return Ok(None);
+        };
+        if g.is_none() {
+            *g = self.start_job()?;
+            self.progress.store(0, Ordering::Relaxed);
+        }
+        let Some(job) = g.as_mut() else {
+            drop(g);
+            return self.committer.idle_work().map(Some);
+        };
+        let before = job.done;
+        let finished = match job.step(budget) {
+            Ok(f) => f,
+            Err(e) => {
+                *g = None;
+                self.progress.store(0, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        let did = job.done - before;
+        self.progress.store(job.done, Ordering::Relaxed);
+        if finished {
+            let job = g.take();
+            let r = job.map_or(Ok(()), |j| self.finish_job(j));
+            self.progress.store(0, Ordering::Relaxed);
+            r?;
+        }
+        Ok(Some(did.max(1)))
+    }
+
     /// Commits the published version if it is not the committed one (the committer thread):
     /// syncs the data file when the version names new extents, then one manifest commit listing
     /// the extents of runs and filters it names that the last commit did not (added) and the
@@ -570,34 +602,11 @@ impl Index for Boa {
     }
 
     fn work(&self, budget: u64) -> Result<u64> {
-        self.committer.error()?;
-        let mut g = self.job.lock();
-        if g.is_none() {
-            *g = self.start_job()?;
-            self.progress.store(0, Ordering::Relaxed);
-        }
-        let Some(job) = g.as_mut() else {
-            drop(g);
-            return self.committer.idle_work();
-        };
-        let before = job.done;
-        let finished = match job.step(budget) {
-            Ok(f) => f,
-            Err(e) => {
-                *g = None;
-                self.progress.store(0, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
-        let did = job.done - before;
-        self.progress.store(job.done, Ordering::Relaxed);
-        if finished {
-            let job = g.take();
-            let r = job.map_or(Ok(()), |j| self.finish_job(j));
-            self.progress.store(0, Ordering::Relaxed);
-            r?;
-        }
-        Ok(did.max(1))
+        Ok(self.work_as(budget, true)?.unwrap_or(0))
+    }
+
+    fn work_unless_busy(&self, budget: u64) -> Result<Option<u64>> {
+        self.work_as(budget, false)
     }
 
     fn durable_seq(&self) -> u64 {

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::filter::{FilterBuilder, Routed, RoutingFilter, Shape, Sketch};
+use super::filter::{FilterBuilder, FilterWrite, Routed, RoutingFilter, Shape, Sketch};
 use super::*;
 use crate::merge::resolve;
-use crate::storage::{FaultFs, Purpose};
+use crate::storage::{FaultFs, Purpose, PAGE_BODY, PAGE_SIZE};
 use crate::testutil::{fault_ctx, reopen_fault_ctx, seed};
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -300,19 +300,42 @@ fn a_filter_of_many_chunks_round_trips_and_is_charged_while_it_lives() {
         "charged {held} for a filter of {} bytes",
         f.bytes()
     );
-    let (ext, len) = f.write(&store, Purpose::Merge).unwrap();
+    let (entries, all, encoded, bytes) = (
+        f.entries(),
+        f.all(1).unwrap(),
+        f.encode().unwrap(),
+        f.bytes(),
+    );
+    // Written in bounded steps: 64 KiB of budget writes 16 pages a step.
+    let mut w = FilterWrite::new(f, &store, Purpose::Merge);
+    let mut steps = 0u64;
+    loop {
+        let before = w.written();
+        let done = w.step(64 << 10).unwrap();
+        assert!(w.written() - before <= 16 * PAGE_BODY as u64);
+        assert_eq!(
+            reserved(),
+            held,
+            "writing copies no more than a step's pages"
+        );
+        steps += 1;
+        if done {
+            break;
+        }
+    }
+    let (f, ext, len) = w.into_parts();
     assert!(len > 3 * (1 << 20), "{len} bytes: several chunks");
-    assert_eq!(reserved(), held, "writing copies no more than a chunk");
+    assert_eq!(steps, len.div_ceil(16 * PAGE_BODY as u64));
     let back = Arc::new(RoutingFilter::read(&store, ext, len).unwrap());
-    assert_eq!(back.bytes(), f.bytes());
+    assert_eq!(back.bytes(), bytes);
     assert_eq!(
         reserved(),
         held + back.bytes(),
         "the filter read is charged too"
     );
-    assert_eq!(back.entries(), f.entries());
-    assert_eq!(back.all(1).unwrap(), f.all(1).unwrap());
-    assert_eq!(back.encode().unwrap(), f.encode().unwrap());
+    assert_eq!(back.entries(), entries);
+    assert_eq!(back.all(1).unwrap(), all);
+    assert_eq!(back.encode().unwrap(), encoded);
     drop(f);
     let kept = back.clone();
     drop(back);
@@ -556,4 +579,71 @@ fn a_flush_sorts_its_memtable_in_bounded_steps() {
         assert_eq!(get(&boa, &key(i), seq), Some(key(i)));
     }
     boa.check().unwrap();
+}
+
+/// A writer's pacing share returns at once while a background thread is in the middle of a
+/// step, rather than waiting for the job's lock through the rest of it.
+#[test]
+fn a_writers_share_never_waits_for_a_step_in_another_thread() {
+    let fs = FaultFs::new();
+    let boa = Boa::open(fault_ctx(&fs, 64 << 20), params(4), &[], 0).unwrap();
+    let mem = Arc::new(Memtable::new(0));
+    for i in 0..5000u32 {
+        mem.insert(&key(i), u64::from(i) + 1, Kind::Put, &key(i));
+    }
+    boa.absorb(mem).unwrap();
+    crate::index::assert_share_skips_a_held_job(&boa, boa.job.lock());
+}
+
+/// No `work` call writes more than a bounded number of pages, whatever the step: a flush's
+/// entries, a merge's, a run's finishing (index pages, header) and the level's new routing
+/// filter all go out a step at a time. Until 2026-12-06 the call that finished a job wrote the
+/// run's index and the whole filter at once: at 50 million records a 91 MB filter, and a paced
+/// writer's put waited 3.4 s.
+#[test]
+fn no_work_call_writes_more_than_a_bounded_number_of_pages() {
+    let fs = FaultFs::new();
+    let ctx = fault_ctx(&fs, 64 << 20);
+    let io = ctx.store.counters().clone();
+    let boa = Boa::open(ctx, params(4), &[], 0).unwrap();
+    let index_writes = || {
+        let s = io.snapshot();
+        s.write_bytes[Purpose::Flush as usize] + s.write_bytes[Purpose::Merge as usize]
+    };
+    let per_flush = 80_000u32;
+    let (mut seq, mut calls, mut most) = (0u64, 0u64, 0u64);
+    // λ = 4: three flushes fill level 1, the fourth merges it into level 2 first.
+    for m in 0..4 {
+        let mem = Arc::new(Memtable::new(0));
+        for i in m * per_flush..(m + 1) * per_flush {
+            seq += 1;
+            mem.insert(&key(i), seq, Kind::Put, &[7u8; 20]);
+        }
+        boa.absorb(mem).unwrap();
+        while boa.debt() > 0 {
+            let before = index_writes();
+            assert!(boa.work(4 << 10).unwrap() > 0);
+            most = most.max(index_writes() - before);
+            calls += 1;
+        }
+    }
+    let v = boa.version();
+    assert_eq!(v.levels.len(), 2);
+    let filter_bytes = v.levels[1].filter.as_ref().map_or(0, |f| f.bytes());
+    assert!(
+        filter_bytes > 500 << 10,
+        "level 2's filter: {filter_bytes} bytes"
+    );
+    // A call places a page or two and writes at most the chunk they complete (8 pages here);
+    // the run builder's writes go behind it on the page file's threads, so the counters may
+    // show up to its writes in flight, done during a later call.
+    let bound = (crate::run::WRITES_IN_FLIGHT as u64 + 3) * 8 * PAGE_SIZE as u64;
+    assert!(
+        most <= bound,
+        "a call of 4 KiB wrote {most} bytes, over {bound} ({calls} calls; level 2's filter \
+         {filter_bytes} bytes)"
+    );
+    for i in (0..4 * per_flush).step_by(101) {
+        assert_eq!(get(&boa, &key(i), seq), Some(vec![7u8; 20]));
+    }
 }
