@@ -59,6 +59,19 @@ fn verify(boa: &Boa, model: &Model, seq: u64, keys: u32) {
     }
 }
 
+/// `n` random keys' (prefix, check character) for a filter of `shape`, with `check_bits`.
+fn random_sketches(rng: &mut SmallRng, n: u64, shape: Shape, check_bits: u32) -> Vec<(u64, u16)> {
+    (0..n)
+        .map(|_| {
+            let fp = Fingerprint {
+                hi: rng.gen(),
+                lo: rng.gen(),
+            };
+            (fp.prefix(shape.prefix_bits), fp.check(0, check_bits))
+        })
+        .collect()
+}
+
 #[test]
 fn random_memtables_against_model_across_cascades_then_reopen() {
     let s = seed();
@@ -186,15 +199,7 @@ fn refined_filter_decodes_from_every_restart_and_routes_exactly() {
     let mut all: Vec<Sketch> = Vec::new();
     for run in 0..7u8 {
         let mut b = FilterBuilder::new(filter.as_ref(), shape, run, 2000).unwrap();
-        let mut new: Vec<(u64, u16)> = (0..2000)
-            .map(|_| {
-                let fp = Fingerprint {
-                    hi: rng.gen(),
-                    lo: rng.gen(),
-                };
-                (fp.prefix(shape.prefix_bits), fp.check(0, 4))
-            })
-            .collect();
+        let mut new = random_sketches(&mut rng, 2000, shape, 4);
         // Repeated prefixes inside one run (spec pitfall 5).
         for i in 0..50 {
             new.push((new[i].0, rng.gen_range(0..16)));
@@ -280,15 +285,7 @@ fn a_filter_of_many_chunks_round_trips_and_is_charged_while_it_lives() {
         at_start >= 2 * n,
         "the builder's list, sized ahead: {at_start}"
     );
-    let mut keys: Vec<(u64, u16)> = (0..n)
-        .map(|_| {
-            let fp = Fingerprint {
-                hi: rng.gen(),
-                lo: rng.gen(),
-            };
-            (fp.prefix(shape.prefix_bits), fp.check(0, 4))
-        })
-        .collect();
+    let mut keys = random_sketches(&mut rng, n, shape, 4);
     keys.sort_unstable();
     for &(p, c) in &keys {
         b.add(p, c).unwrap();
@@ -372,15 +369,7 @@ fn false_positives_per_level_near_k_over_beta_and_k_over_beta_lambda() {
     let mut filter: Option<Arc<RoutingFilter>> = None;
     for run in 0..k {
         let mut b = FilterBuilder::new(filter.as_ref(), shape, run, size).unwrap();
-        let mut new: Vec<(u64, u16)> = (0..size)
-            .map(|_| {
-                let fp = Fingerprint {
-                    hi: rng.gen(),
-                    lo: rng.gen(),
-                };
-                (fp.prefix(shape.prefix_bits), fp.check(0, lambda_bits))
-            })
-            .collect();
+        let mut new = random_sketches(&mut rng, size, shape, lambda_bits);
         new.sort_by_key(|e| e.0);
         for &(p, c) in &new {
             b.add(p, c).unwrap();
