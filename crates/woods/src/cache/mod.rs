@@ -295,16 +295,22 @@ impl Cache {
         gone_pages
     }
 
-    /// [`Cache::reserve`] if all charges then stay within half the cache's bytes (true), else
-    /// nothing (false): what a run's partitioned filter asks before it stays in memory whole;
-    /// a filter refused is read a page at a time through the cache instead.
+    /// [`Cache::reserve`] (frames given back at once, as there) if all charges then stay within
+    /// half the cache's bytes (true), else nothing (false): what a run's partitioned filter asks
+    /// before it stays in memory whole; a filter refused is read a page at a time through the
+    /// cache instead.
     pub fn try_reserve(&self, bytes: u64) -> bool {
         let limit = self.capacity as u64 * PAGE_SIZE as u64 / 2;
-        self.reserved
+        let taken = self
+            .reserved
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
                 r.checked_add(bytes).filter(|&t| t <= limit)
             })
-            .is_ok()
+            .is_ok();
+        if taken {
+            self.shrink();
+        }
+        taken
     }
 
     /// Counts an open run whose filter is paged (+1) or such a run closed (-1)
@@ -789,6 +795,14 @@ mod tests {
         let left = held(&c, 0..1000);
         assert!(left <= 64, "{left} pages held beside a 192-page charge");
         c.unreserve(192 * page);
+        // A conditional charge gives frames back the same way.
+        for p in 0..1000u64 {
+            c.insert(p, page_bytes(p));
+        }
+        assert!(c.try_reserve(96 * page));
+        let left = held(&c, 0..1000);
+        assert!(left <= 160, "{left} pages held beside a 96-page charge");
+        c.unreserve(96 * page);
     }
 
     /// `try_reserve` charges only while all charges stay within half the cache, counting the

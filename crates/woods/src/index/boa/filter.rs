@@ -395,11 +395,7 @@ impl RoutingFilter {
     /// Charges the filter's memory to `store`'s cache for as long as it lives (whichever
     /// version, reader or commit keeps it).
     pub fn charged(mut self, store: &Arc<PageFile>) -> RoutingFilter {
-        let held = (self.data.capacity() + 4 * self.pivots.capacity()) as u64;
-        match &mut self.charge {
-            Some(c) => c.set(held),
-            None => self.charge = Some(store.charge(held)),
-        }
+        self.charge = Some(store.charge(held(&self.data, &self.pivots)));
         self
     }
 
@@ -431,6 +427,12 @@ impl RoutingFilter {
         let f = RoutingFilter::decode_with(len, |out| r.read(out))?;
         Ok(f.charged(store))
     }
+}
+
+/// Bytes a filter's list and pivot table hold in memory (their capacity, which is what is
+/// allocated).
+fn held(data: &Vec<u8>, pivots: &Vec<u32>) -> u64 {
+    (data.capacity() + 4 * pivots.capacity()) as u64
 }
 
 /// Pivots encoded or decoded at a time.
@@ -744,7 +746,7 @@ impl FilterBuilder {
 
     /// Bytes the builder holds.
     fn held(&self) -> u64 {
-        (self.data.capacity() + 4 * self.pivots.capacity()) as u64
+        held(&self.data, &self.pivots)
     }
 
     fn advance_old(&mut self) -> Result<()> {
