@@ -1,6 +1,7 @@
 //! Charts of a run as SVG files (plotters' SVG backend, no fonts needed: the text is SVG text):
 //! throughput over time, the latency percentile spectrum, ops/s bars and write-amplification
-//! bars, each for one phase with every engine in it.
+//! bars, each for one phase with every engine in it; and plain lines ([`lines`]) for `woods
+//! bench aging`.
 
 use std::path::Path;
 
@@ -223,6 +224,70 @@ pub fn windows(path: &Path, title: &str, series: &[Series]) -> ChartResult {
             .draw_series(LineSeries::new(pts, c.stroke_width(2)))
             .map_err(err)?
             .label(s.engine.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    root.present().map_err(err)
+}
+
+/// One line of a [`lines`] chart: its name, its color's position, its points.
+pub struct Line {
+    pub name: String,
+    pub index: usize,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Lines over linear axes from 0, with a dashed level line at `mark` where given (a target),
+/// the legend in the upper left: `woods bench aging`'s figures over its churn cycles.
+pub fn lines(
+    path: &Path,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    lines: &[Line],
+    mark: Option<f64>,
+) -> ChartResult {
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let all = || lines.iter().flat_map(|l| l.points.iter().copied());
+    let x_max = all().map(|p| p.0).fold(0.0f64, f64::max).max(1.0);
+    let y_max = all()
+        .map(|p| p.1)
+        .chain(mark)
+        .fold(0.0f64, f64::max)
+        .max(1e-3)
+        // Headroom for the legend, a line per series.
+        * (1.15 + 0.05 * lines.len() as f64);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(err)?;
+    if let Some(m) = mark {
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(0.0, m), (x_max, m)],
+                6,
+                4,
+                BLACK.mix(0.6).stroke_width(1),
+            ))
+            .map_err(err)?;
+    }
+    for l in lines {
+        let c = color(l.index);
+        chart
+            .draw_series(LineSeries::new(l.points.clone(), c.stroke_width(2)))
+            .map_err(err)?
+            .label(l.name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
     legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
