@@ -168,6 +168,10 @@ fn entry_units(e: &Entry) -> u64 {
     (e.key.len() + e.value.len()) as u64 + ENTRY_OVERHEAD
 }
 
+/// A subtree's own separator (`None`: the tree's first) and the key of the separator after it
+/// (`None`: the tree's last), as [`BTree::apply`] takes them.
+type Bounds<'a> = (Option<(&'a [u8], u64)>, Option<&'a [u8]>);
+
 impl BTree {
     pub fn open(
         ctx: IndexContext,
@@ -305,16 +309,17 @@ impl BTree {
     }
 
     /// Merges `new` (sorted) into the subtree at `page` (0: empty) of `height`; returns the nodes
-    /// that replace it, as (first entry, page). `upper` is the key of the separator right after
-    /// this subtree: when it equals a key of the leaf, older versions of that key continue in
-    /// the next leaf, so the leaf is not the bottom for it.
+    /// that replace it, as (separator, page). `lower` is the subtree's own separator (`None`: the
+    /// tree's first), `upper` the key of the separator right after it: when that equals a key of
+    /// the leaf, older versions of that key continue in the next leaf (a separator written before
+    /// [`node::SEP_ALL`]), so the leaf is not the bottom for it.
     fn apply(
         &self,
         job: &mut Job,
         page: u64,
         height: u32,
         new: &[Entry],
-        upper: Option<&[u8]>,
+        (lower, upper): Bounds<'_>,
         snapshots: &[u64],
     ) -> Result<Vec<Child>> {
         if height <= 1 {
@@ -330,7 +335,15 @@ impl BTree {
             let mut merged = self.merge_leaf(job, page, old, new, upper, snapshots)?;
             self.place_blobs(job, &mut merged)?;
             job.entries_in_tree += merged.len() as i64 - old_len;
-            let out = self.write_nodes(job, &merged)?;
+            let mut out = self.write_nodes(job, &merged)?;
+            // The first leaf begins its key unless the leaf before may hold versions of it: it
+            // can only where this subtree's separator is that key's and not SEP_ALL.
+            if let Some(first) = out.first_mut() {
+                let begins = lower.is_none_or(|(k, s)| k < &first.key[..] || s == node::SEP_ALL);
+                if begins {
+                    first.seq = node::SEP_ALL;
+                }
+            }
             if let (Some(first), Some(_)) = (new.first(), &job.drain) {
                 job.leaf_outs.push((
                     Pos::of(first),
@@ -365,12 +378,13 @@ impl BTree {
                 result.push(children[i].clone());
             } else {
                 let up = children.get(i + 1).map(|c| &c.key[..]).or(upper);
+                let low = Some((&children[i].key[..], children[i].seq));
                 let sub = self.apply(
                     job,
                     children[i].page,
                     height - 1,
                     &new[lo..hi],
-                    up,
+                    (low, up),
                     snapshots,
                 )?;
                 result.extend(sub);
@@ -484,7 +498,7 @@ impl BTree {
         let snapshots = self.ctx.snapshots.list();
         let root = job.root;
         let height = job.height.max(1);
-        let mut level = self.apply(job, root, height, &chunk, None, &snapshots)?;
+        let mut level = self.apply(job, root, height, &chunk, (None, None), &snapshots)?;
         let mut h = height;
         while level.len() > 1 {
             level = self.pack_internal(job, level)?;

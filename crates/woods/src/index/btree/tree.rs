@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 
 use super::node::{
     blob_pages, decode_internal, decode_leaf, encode_internal, encode_leaf, split_sizes, Child,
-    LeafEntry, NodeView, Offsets, Val, ValRef, INTERNAL, LEAF,
+    LeafEntry, NodeView, Offsets, Val, ValRef, INTERNAL, LEAF, SEP_ALL,
 };
 use crate::cache::{PageClass, PageRef};
 use crate::entry::{cmp_entries, Entry, Kind, MAX_SEQ, MAX_VALUE_LEN};
@@ -111,8 +111,14 @@ impl LeafOrder {
 /// What a node holds: leaf entries or internal children, each starting at a (key, seq).
 pub(crate) trait NodeItem: Sized {
     fn encoded_len(&self) -> usize;
-    /// The (key, seq) the item sits at: a node's separator is its first item's.
+    /// The (key, seq) the item sits at.
     fn position(&self) -> (&Arc<[u8]>, u64);
+    /// The separator of a node whose first item is `items[at]`, `at > 0`: that item's position
+    /// (the separator of the node a node's first child begins).
+    fn separator(items: &[Self], at: usize) -> (Arc<[u8]>, u64) {
+        let (key, seq) = items[at].position();
+        (key.clone(), seq)
+    }
     /// Encodes a node of `items` into a page body.
     fn encode(items: &[Self], body: &mut [u8]);
 }
@@ -123,6 +129,15 @@ impl NodeItem for LeafEntry {
     }
     fn position(&self) -> (&Arc<[u8]>, u64) {
         (&self.key, self.seq)
+    }
+    /// Where the leaf begins a key, the key with [`SEP_ALL`]; where it begins among one key's
+    /// versions (an older snapshot keeps several), the first one's position.
+    fn separator(items: &[Self], at: usize) -> (Arc<[u8]>, u64) {
+        let e = &items[at];
+        match items[at - 1].key == e.key {
+            true => (e.key.clone(), e.seq),
+            false => (e.key.clone(), SEP_ALL),
+        }
     }
     fn encode(items: &[Self], body: &mut [u8]) {
         encode_leaf(items, body)
@@ -143,7 +158,9 @@ impl NodeItem for Child {
 
 /// Splits `items` into nodes filled to about `target` bytes ([`split_sizes`]) and writes each,
 /// one page per write request, to the page `alloc` gives it; returns the nodes as children
-/// (first item's position, page), in order.
+/// (separator, page), in order: the first node's separator is its first item's position (what
+/// comes before the items decides whether it may be [`SEP_ALL`]: the caller's), the others'
+/// [`NodeItem::separator`].
 pub(crate) fn write_nodes<T: NodeItem>(
     store: &PageFile,
     items: &[T],
@@ -157,17 +174,19 @@ pub(crate) fn write_nodes<T: NodeItem>(
     let mut at = 0;
     for g in groups {
         let part = &items[at..at + g];
+        let (key, seq) = match at {
+            0 => {
+                let (key, seq) = part[0].position();
+                (key.clone(), seq)
+            }
+            _ => T::separator(items, at),
+        };
         at += g;
         let page = alloc();
         let mut buf = AlignedBuf::zeroed(PAGE_SIZE);
         T::encode(part, &mut buf[..PAGE_BODY]);
         store.write(page, &mut buf, purpose)?;
-        let (key, seq) = part[0].position();
-        out.push(Child {
-            key: key.clone(),
-            seq,
-            page,
-        });
+        out.push(Child { key, seq, page });
     }
     Ok(out)
 }
@@ -411,10 +430,21 @@ impl TreeReader {
         let bad = |d: String| Error::corruption("btree", Some(page), d);
         if height <= 1 {
             let leaf = self.leaf(page)?;
+            // A separator that holds every version of its key: the leaf before holds none.
+            let before = order.last.as_ref().map(|(k, _)| k.clone());
             order.leaf(&leaf).map_err(|d| bad(d.into()))?;
             if let Some((k, s)) = sep {
-                if cmp_entries(&leaf[0].key, leaf[0].seq, k, s) != std::cmp::Ordering::Equal {
-                    return Err(bad("separator differs from the child's first entry".into()));
+                let at_first = cmp_entries(&leaf[0].key, leaf[0].seq, k, s).is_eq();
+                if !at_first && (s != SEP_ALL || leaf[0].key[..] != *k) {
+                    return Err(bad(
+                        "separator is neither the child's first entry nor its key's".into(),
+                    ));
+                }
+                if s == SEP_ALL && before.is_some_and(|b| b[..] == *k) {
+                    return Err(bad(
+                        "separator holds every version of its key, but the leaf before holds one"
+                            .into(),
+                    ));
                 }
             }
             for e in &leaf {
