@@ -257,6 +257,12 @@ pub struct BenchArgs {
     /// has a row cache on).
     #[arg(long, value_name = "B", value_parser = parse_size)]
     pub row_cache_bytes: Option<u64>,
+    /// The capacity of the `btree-buffered` engines' insertion buffer
+    /// (`InsertBuffer::capacity_bytes`; K, M, G suffixes) [default: woods' own, a quarter of the
+    /// cache]. Its memory is charged to the engine's cache, so a buffer larger than a quarter
+    /// needs a larger --cache-bytes: for runs at many buffered entries per leaf (seed 004 ch. 5).
+    #[arg(long, value_name = "B", value_parser = parse_size)]
+    pub insert_buffer_bytes: Option<u64>,
     /// Also write every figure as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -671,6 +677,7 @@ fn run_tpcc(args: &BenchArgs, w: u32, direct_io: bool, exe: &Path, prefix: &[OsS
     config.no_wal = args.no_wal;
     config.background_threads = Some(args.background_threads);
     config.row_cache_bytes = args.row_cache_bytes;
+    config.insert_buffer_bytes = args.insert_buffer_bytes;
     let dir = args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("woods-bench-tpcc-{}", std::process::id()))
     });
@@ -738,6 +745,7 @@ fn run_parent(
         no_wal: args.no_wal,
         background_threads: Some(args.background_threads),
         row_cache_bytes: args.row_cache_bytes,
+        insert_buffer_bytes: args.insert_buffer_bytes,
         expected_entries: Some(records),
     };
     let split = config.split();

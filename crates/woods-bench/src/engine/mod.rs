@@ -68,6 +68,10 @@ pub struct EngineConfig {
     /// woods' `Options::row_cache_bytes` (`--row-cache-bytes`). `None`: woods' default (none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_cache_bytes: Option<u64>,
+    /// The `btree-buffered` kinds' `InsertBuffer::capacity_bytes` (`--insert-buffer-bytes`).
+    /// `None`: woods' default (a quarter of the cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insert_buffer_bytes: Option<u64>,
     /// The index size the run plans for (its record count): what the `fdtree` kinds' cost model
     /// chooses k for (`FdTreeParams::expected_entries`). `None`: woods' default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,6 +98,7 @@ impl EngineConfig {
             no_wal: false,
             background_threads: None,
             row_cache_bytes: None,
+            insert_buffer_bytes: None,
             expected_entries: None,
         }
     }

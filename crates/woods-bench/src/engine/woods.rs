@@ -71,6 +71,25 @@ fn variant(kind: &str) -> Option<IndexKind> {
     }))
 }
 
+/// The index kind of engine `kind` (its name after `woods:`), with what the run's settings
+/// give it: the `fdtree` kinds' planned size, the `btree-buffered` kinds' buffer capacity.
+fn index_kind(kind: &str, cfg: &EngineConfig) -> BenchResult<IndexKind> {
+    let mut index = match variant(kind) {
+        Some(index) => index,
+        None => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
+    };
+    if let (IndexKind::FdTree(p), Some(n)) = (&mut index, cfg.expected_entries) {
+        // The cost model plans k for the run's size, not woods' default 10^8 entries.
+        p.expected_entries = n.max(1);
+    }
+    if let (IndexKind::BTree(p), Some(n)) = (&mut index, cfg.insert_buffer_bytes) {
+        if let Some(b) = &mut p.insert_buffer {
+            b.capacity_bytes = n;
+        }
+    }
+    Ok(index)
+}
+
 /// `fdtree-kK` and `fdtree-d-kK` (K at least 2) as (de-amortized, K).
 fn fixed_fd_k(kind: &str) -> Option<(bool, u32)> {
     let (deamortized, k) = match kind.strip_prefix("fdtree-d-k") {
@@ -108,14 +127,7 @@ impl WoodsEngine {
             Some(k) => (k, true),
             None => (name, false),
         };
-        let mut index = match variant(kind) {
-            Some(index) => index,
-            None => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
-        };
-        if let (IndexKind::FdTree(p), Some(n)) = (&mut index, cfg.expected_entries) {
-            // The cost model plans k for the run's size, not woods' default 10^8 entries.
-            p.expected_entries = n.max(1);
-        }
+        let index = index_kind(kind, cfg)?;
         let split = cfg.split();
         let opts = Options {
             index: Some(index),
@@ -244,7 +256,32 @@ impl Engine for WoodsEngine {
 
 #[cfg(test)]
 mod tests {
-    use super::{fixed_fd_k, fixed_mk};
+    use super::{fixed_fd_k, fixed_mk, index_kind, EngineConfig, IndexKind};
+
+    #[test]
+    fn the_insert_buffer_setting_reaches_the_buffered_kinds_only() {
+        let mut cfg = EngineConfig::new(16 << 20, false);
+        cfg.insert_buffer_bytes = Some(8 << 20);
+        let capacity = |name: &str, cfg: &EngineConfig| match index_kind(name, cfg).unwrap() {
+            IndexKind::BTree(p) => p.insert_buffer.map(|b| (b.policy.name(), b.capacity_bytes)),
+            _ => None,
+        };
+        assert_eq!(
+            capacity("btree-buffered:golden-gate", &cfg),
+            Some(("golden-gate", 8 << 20))
+        );
+        assert_eq!(
+            capacity("btree-buffered", &cfg),
+            Some(("adaptive", 8 << 20))
+        );
+        assert_eq!(capacity("btree", &cfg), None);
+        assert_eq!(capacity("lsm", &cfg), None);
+        cfg.insert_buffer_bytes = None;
+        assert_eq!(
+            capacity("btree-buffered:random-ball", &cfg),
+            Some(("random-ball", 0))
+        );
+    }
 
     #[test]
     fn fdtree_variants_name_their_k() {
