@@ -103,6 +103,29 @@ fn rate_steps(p: &PhaseResult) -> Vec<(f64, f64)> {
     pts
 }
 
+/// A chart on `root` with linear axes from 0 to `x_max` and `y_max`, in every chart's layout.
+fn linear<'a>(
+    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+    title: &str,
+    x_max: f64,
+    y_max: f64,
+) -> Result<
+    ChartContext<
+        'a,
+        SVGBackend<'a>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    String,
+> {
+    ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(72)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(err)
+}
+
 /// Throughput over time: operations completed in each second of the phase, one line per
 /// engine (stalls show as dips to zero), then, at zero, the drain of background work and the
 /// close, which the phase's ops/s includes.
@@ -123,13 +146,7 @@ pub fn throughput(path: &Path, title: &str, series: &[Series]) -> ChartResult {
         .max(1.0)
         // Headroom for the legend in the upper right, a line per engine.
         * (1.15 + 0.07 * series.len() as f64);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(72)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(err)?;
+    let mut chart = linear(&root, title, x_max, y_max)?;
     chart
         .configure_mesh()
         .x_desc("seconds from the phase's first operation")
@@ -257,17 +274,12 @@ pub fn lines(
         .max(1e-3)
         // Headroom for the legend, a line per series.
         * (1.15 + 0.05 * lines.len() as f64);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(72)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(err)?;
+    let mut chart = linear(&root, title, x_max, y_max)?;
     chart
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
+        .x_labels((x_max as usize).clamp(1, 10) + 1)
         .x_label_formatter(&|v| format!("{v:.0}"))
         .light_line_style(WHITE.mix(0.0))
         .draw()
