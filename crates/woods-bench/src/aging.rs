@@ -131,6 +131,18 @@ pub struct Point {
     pub fresh_range: Scan,
 }
 
+impl Point {
+    /// The full scan's aging factor: aged ÷ fresh seconds.
+    pub fn full_factor(&self) -> f64 {
+        self.aged_full.secs / self.fresh_full.secs
+    }
+
+    /// The range scan's aging factor.
+    pub fn range_factor(&self) -> f64 {
+        self.aged_range.secs / self.fresh_range.secs
+    }
+}
+
 fn err(what: &str, e: woods::Error) -> String {
     format!("{what}: {e}")
 }
@@ -351,12 +363,12 @@ pub fn run_kind(kind: &str, base: &Path, args: &AgingArgs) -> Result<Vec<Point>,
             "woods bench aging: {kind} cycle {cycle}: full {:.3}s vs fresh {:.3}s ({:.2}x, layout {:.2} vs {:.2}), range {:.3}s vs {:.3}s ({:.2}x)",
             p.aged_full.secs,
             p.fresh_full.secs,
-            p.aged_full.secs / p.fresh_full.secs,
+            p.full_factor(),
             p.aged_full.layout(),
             p.fresh_full.layout(),
             p.aged_range.secs,
             p.fresh_range.secs,
-            p.aged_range.secs / p.fresh_range.secs,
+            p.range_factor(),
         );
         points.push(p);
     }
@@ -409,8 +421,8 @@ pub fn main(args: &AgingArgs) -> u8 {
                 if let Some(p) = points.last() {
                     summary.push_str(&format!(
                         "| {kind} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} |\n",
-                        p.aged_full.secs / p.fresh_full.secs,
-                        p.aged_range.secs / p.fresh_range.secs,
+                        p.full_factor(),
+                        p.range_factor(),
                         p.aged_full.layout(),
                         p.fresh_full.layout(),
                         pages_per_request(&p.aged_full),
@@ -457,14 +469,14 @@ fn charts(out: &Path, runs: &[(usize, &str, Vec<Point>)]) -> Result<(), String> 
             "full",
             "Full scan: aged ÷ fresh seconds",
             "aging factor",
-            |p| p.aged_full.secs / p.fresh_full.secs,
+            Point::full_factor,
             Some(1.3),
         ),
         (
             "range",
             "Range scan: aged ÷ fresh seconds",
             "aging factor",
-            |p| p.aged_range.secs / p.fresh_range.secs,
+            Point::range_factor,
             Some(1.3),
         ),
         (
@@ -520,10 +532,10 @@ fn table(kind: &str, points: &[Point]) -> String {
             p.held as f64 / p.live.max(1) as f64,
             p.aged_full.secs,
             p.fresh_full.secs,
-            p.aged_full.secs / p.fresh_full.secs,
+            p.full_factor(),
             p.aged_range.secs,
             p.fresh_range.secs,
-            p.aged_range.secs / p.fresh_range.secs,
+            p.range_factor(),
             p.aged_full.layout(),
             p.fresh_full.layout(),
             p.aged_full.reads,
