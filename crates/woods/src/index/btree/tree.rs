@@ -113,8 +113,9 @@ pub(crate) trait NodeItem: Sized {
     fn encoded_len(&self) -> usize;
     /// The (key, seq) the item sits at.
     fn position(&self) -> (&Arc<[u8]>, u64);
-    /// The separator of a node whose first item is `items[at]`, `at > 0`: that item's position
-    /// (the separator of the node a node's first child begins).
+    /// The separator of a node whose first item is `items[at]`, `at > 0`: by default that
+    /// item's position (an internal node's first child already carries the separator its
+    /// subtree was given).
     fn separator(items: &[Self], at: usize) -> (Arc<[u8]>, u64) {
         let (key, seq) = items[at].position();
         (key.clone(), seq)
