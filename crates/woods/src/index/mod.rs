@@ -204,7 +204,9 @@ pub trait Index: Send + Sync {
     /// another thread is in the middle of the step this call would advance (a background
     /// thread holding the kind's job). The writer then waits for that thread's progress, at
     /// most a pacing wait, rather than for its lock through the rest of the step, which a
-    /// descheduled thread may hold for hundreds of milliseconds. The default is `work`.
+    /// descheduled thread may hold for hundreds of milliseconds. A kind may also answer `None`
+    /// when the next step is a commit that syncs the device (`pbt`), which it leaves to the
+    /// threads. Only called while background threads exist. The default is `work`.
     fn work_unless_busy(&self, budget: u64) -> Result<Option<u64>> {
         self.work(budget).map(Some)
     }

@@ -495,3 +495,95 @@ fn a_partition_fills_free_gaps_smaller_than_itself() {
         assert_eq!(store.read(p, Purpose::Merge).expect("read")[0], i as u8);
     }
 }
+
+/// A forced partition merge (more than twice `max_partitions` persisted: its bytes are debt)
+/// runs in bounded steps: no `work` call writes more than a couple of `write_pages` runs of
+/// it, but the swap, which writes only the inner nodes over the merged partition's leaves.
+/// (Run whole in one call, as it once was, one writer's pacing share wrote 222 MB of it.)
+#[test]
+fn no_work_call_writes_more_than_a_bounded_part_of_a_forced_merge() {
+    let seed = seed();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let fs = FaultFs::new();
+    let off = PbtParams {
+        write_pages: 8,
+        max_partitions: 0,
+        ..PbtParams::default()
+    };
+    let idx = Pbt::open(ctx(&fs), off, &[], 0).expect("open");
+    let mut model = BTreeMap::new();
+    let mut seq = 0;
+    for _ in 0..6 {
+        let ops: Vec<_> = (0..2000)
+            .map(|_| {
+                seq += 1;
+                let k = format!("key{:08}", rng.gen_range(0..20_000u32)).into_bytes();
+                let v = format!("{seq:0100}").into_bytes();
+                model.insert(k.clone(), v.clone());
+                (k, seq, Kind::Put, v)
+            })
+            .collect();
+        idx.absorb(memtable(&ops)).expect("absorb");
+        settle(&idx, true);
+    }
+    let parts = state(&idx).persisted.len();
+    let inputs: u64 = state(&idx).persisted.iter().map(|p| p.bytes()).sum();
+    drop(idx);
+    let write_pages = 8u64;
+    let params = PbtParams {
+        write_pages: write_pages as u32,
+        max_partitions: 2,
+        ..PbtParams::default()
+    };
+    let idx = reopen(&fs, &params);
+    assert!(parts > 4, "{parts} partitions: the merge is not forced");
+    assert!(idx.debt() > 0, "a forced merge is not debt");
+    let io = idx.ctx.store.counters().clone();
+    let (mut calls, mut most, mut swaps) = (0u64, 0u64, 0u64);
+    while idx.debt() > 0 {
+        let before = io.snapshot().written(Purpose::Merge);
+        let inner = counter(&idx, "inner_pages_written");
+        let merges = counter(&idx, "merges");
+        assert!(
+            idx.work(4 << 10).expect("work") > 0,
+            "debt but no work done"
+        );
+        let wrote = io.snapshot().written(Purpose::Merge) - before;
+        calls += 1;
+        if counter(&idx, "merges") > merges {
+            // The swap: the tree's inner nodes only, a few over hundreds of leaves.
+            let inner = counter(&idx, "inner_pages_written") - inner;
+            assert_eq!(
+                wrote,
+                inner * PAGE_SIZE as u64,
+                "the swap wrote more than inner nodes"
+            );
+            assert!(inner <= 16, "the swap wrote {inner} inner pages");
+            swaps += 1;
+        } else {
+            most = most.max(wrote);
+        }
+        assert!(calls < 100_000, "the merge does not end (seed {seed})");
+    }
+    let bound = (2 * write_pages + 1) * PAGE_SIZE as u64;
+    assert!(
+        most <= bound,
+        "a call of 4 KiB wrote {most} bytes of a merge of {inputs} bytes, over {bound} \
+         (seed {seed})"
+    );
+    assert!(swaps >= 1, "no merge swapped in");
+    assert!(
+        calls > inputs / bound,
+        "{calls} calls for {inputs} bytes of inputs"
+    );
+    let st = state(&idx);
+    assert!(
+        st.persisted.len() <= 4,
+        "{} partitions left",
+        st.persisted.len()
+    );
+    idx.check().expect("check");
+    for (k, v) in model.iter().step_by(7) {
+        assert_eq!(get(&idx, k, seq).as_ref(), Some(v), "seed {seed}");
+    }
+}

@@ -92,6 +92,12 @@ impl ExtentWriter {
         Ok(())
     }
 
+    /// Makes the next `k` pages contiguous (a filter written a few pages per step but read
+    /// back as one extent).
+    pub fn reserve(&mut self, store: &PageFile, k: u64) -> Result<()> {
+        self.ensure(store, k)
+    }
+
     /// The next page, filled by `fill` (its body); returns its page number.
     pub fn page(&mut self, store: &PageFile, fill: impl FnOnce(&mut [u8])) -> Result<u64> {
         self.ensure(store, 1)?;
