@@ -36,8 +36,16 @@ use woods::{Db, IndexKind, Options};
 use crate::dist::Rng;
 
 /// The ordered index kinds an aging run measures by default.
-pub const ORDERED_KINDS: [&str; 8] = [
-    "btree", "lsm", "nbtree", "stbe", "lsa", "iam", "fdtree", "pbt",
+pub const ORDERED_KINDS: [&str; 9] = [
+    "btree",
+    "lsm",
+    "lsm-dynamic",
+    "nbtree",
+    "stbe",
+    "lsa",
+    "iam",
+    "fdtree",
+    "pbt",
 ];
 
 /// Arguments of `woods bench aging`.

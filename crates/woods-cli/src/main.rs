@@ -59,7 +59,7 @@ itself, or every state older than pages written since), and the directory is lef
         Every command works on a database directory DB. `put` and `load` create the database when \
         DB is absent or holds none of woods' files; every other command needs an existing one. \
         A damaged database (woods' files without a CURRENT file) is never created over: \
-        `woods repair DB` rebuilds it. The index kind (btree, btree-buffered[:POLICY], lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt) \
+        `woods repair DB` rebuilds it. The index kind (btree, btree-buffered[:POLICY], lsm, lsm-dynamic, nbtree, stbe, lsa, iam, fdtree, fdtree-d, pbt or boa) \
         is fixed when a database is created and read from the database afterwards.",
     after_help = ENCODING_HELP
 )]
@@ -84,7 +84,7 @@ enum Cmd {
         key: String,
         /// Value (text, or hex after `0x`).
         value: String,
-        /// Index kind when creating the database: btree, btree-buffered[:POLICY], lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt [default
+        /// Index kind when creating the database: btree, btree-buffered[:POLICY], lsm, lsm-dynamic, nbtree, stbe, lsa, iam, fdtree, fdtree-d, pbt or boa [default
         /// for a new database: lsm]. For an existing database it must match the stored kind if
         /// given.
         #[arg(long, value_name = "KIND")]
@@ -222,7 +222,7 @@ pub struct GenArgs {
 pub struct LoadArgs {
     #[command(flatten)]
     pub gen: GenArgs,
-    /// Index kind: btree, btree-buffered[:POLICY], lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d or pbt (must match the stored kind for an existing database).
+    /// Index kind: btree, btree-buffered[:POLICY], lsm, lsm-dynamic, nbtree, stbe, lsa, iam, fdtree, fdtree-d, pbt or boa (must match the stored kind for an existing database).
     #[arg(long, value_name = "KIND")]
     pub index: String,
     /// Write every record with Durability::Sync and acknowledge every record.

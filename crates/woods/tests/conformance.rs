@@ -328,7 +328,7 @@ fn model_test(kind: IndexKind) {
     assert!(totals.height >= 3, "height only {}", totals.height);
     let required: &[&str] = match name {
         "btree" => &["splits"],
-        "lsm" => &["flushes", "compactions", "trivial_moves"],
+        "lsm" | "lsm-dynamic" => &["flushes", "compactions", "trivial_moves"],
         "nbtree" => &[
             "flushes",
             "deep_flushes",
@@ -1336,6 +1336,7 @@ suite!(
     btree: "btree",
     btree_buffered: "btree-buffered",
     lsm: "lsm",
+    lsm_dynamic: "lsm-dynamic",
     nbtree: "nbtree",
     stbe: "stbe",
     lsa: "lsa",

@@ -75,8 +75,8 @@ a record of its batch in flight (136 bytes).";
 /// Options of `woods stress`.
 #[derive(clap::Args, Debug)]
 pub struct StressArgs {
-    /// Index kind: btree, btree-buffered[:POLICY], lsm, nbtree, stbe, lsa, iam, fdtree, fdtree-d,
-    /// pbt or boa (point-only: its ranges are read key by key, and it has no scans to check).
+    /// Index kind: btree, btree-buffered[:POLICY], lsm, lsm-dynamic, nbtree, stbe, lsa, iam,
+    /// fdtree, fdtree-d, pbt or boa (point-only: its ranges are read key by key, and it has no scans to check).
     #[arg(long, value_name = "KIND")]
     pub index: String,
     /// How long to run: seconds, or a number with ms, s, m or h.

@@ -42,6 +42,14 @@ pub fn kinds() -> Vec<IndexKind> {
             size_ratio: 4,
             ..LsmParams::default()
         }),
+        // Dynamic level targets: the same sizes, L1 at least a table.
+        IndexKind::Lsm(LsmParams {
+            table_bytes: 16 << 10,
+            level1_bytes: 64 << 10,
+            size_ratio: 4,
+            dynamic_level_bytes: true,
+            ..LsmParams::default()
+        }),
         // σ is the suite's 64 KiB memtable times WOODS_NBTREE_SIGMA, the default c = 8 unless
         // set, so that the suite tests what a user gets (the root's runs, parks and paced
         // drains); WOODS_NBTREE_SIGMA=1 tests the tree with σ = the memtable, deeper at the

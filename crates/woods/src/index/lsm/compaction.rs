@@ -1,5 +1,6 @@
 //! LevelDB's compaction choice (`VersionSet::PickCompaction`, `SetupOtherInputs`,
-//! `IsTrivialMove`), as a pure function of the level shape: it returns a [`Choice`] (data),
+//! `IsTrivialMove`), with RocksDB's dynamic level targets as an option, as a pure function of
+//! the level shape: it returns a [`Choice`] (data),
 //! so that it is tested without I/O.
 
 use crate::options::LsmParams;
@@ -64,6 +65,8 @@ pub struct Leveled {
     pub size_ratio: u64,
     /// L0 table count giving score 1.
     pub l0_trigger: u32,
+    /// Targets from the last level's size ([`Leveled::target`]).
+    pub dynamic: bool,
 }
 
 impl Leveled {
@@ -74,6 +77,7 @@ impl Leveled {
             level1_bytes: p.level1_bytes_for(memtable_bytes),
             size_ratio: p.size_ratio,
             l0_trigger: p.l0_compaction_trigger.max(1),
+            dynamic: p.dynamic_level_bytes,
         }
     }
 
@@ -84,6 +88,24 @@ impl Leveled {
             b *= self.size_ratio as f64;
         }
         b
+    }
+
+    /// Target bytes of level `level` >= 1 in the shape `levels`: [`Leveled::max_bytes`], or
+    /// with `dynamic`, for a level above the deepest non-empty one (which keeps its static
+    /// target, so that the tree still deepens), that level's bytes divided by `size_ratio` once
+    /// per level between them, and at least one table.
+    pub fn target<T: TableRange>(&self, levels: &[Vec<T>], level: usize) -> f64 {
+        let last = (1..levels.len()).rev().find(|&l| !levels[l].is_empty());
+        match last {
+            Some(last) if self.dynamic && level < last => {
+                let mut b = levels[last].iter().map(|t| t.bytes()).sum::<u64>() as f64;
+                for _ in level..last {
+                    b /= self.size_ratio as f64;
+                }
+                b.max(self.table_bytes as f64)
+            }
+            _ => self.max_bytes(level),
+        }
     }
 
     /// The level with the highest score (LevelDB's `Finalize`), and that score. The last
@@ -98,7 +120,7 @@ impl Leveled {
             let score = if level == 0 {
                 tables.len() as f64 / self.l0_trigger as f64
             } else {
-                tables.iter().map(|t| t.bytes()).sum::<u64>() as f64 / self.max_bytes(level)
+                tables.iter().map(|t| t.bytes()).sum::<u64>() as f64 / self.target(levels, level)
             };
             if score > best.1 {
                 best = (level, score);
@@ -308,6 +330,7 @@ mod tests {
             level1_bytes: 1000,
             size_ratio: 10,
             l0_trigger: 4,
+            dynamic: false,
         }
     }
 
@@ -319,6 +342,47 @@ mod tests {
 
     fn no_pointers() -> Vec<Vec<u8>> {
         vec![Vec::new(); NUM_LEVELS]
+    }
+
+    /// `lsm-dynamic`: a level above the deepest one may hold a tenth of the level below it.
+    #[test]
+    fn dynamic_targets_follow_the_last_level() {
+        let dynamic = Leveled {
+            dynamic: true,
+            ..policy()
+        };
+        // L1 of 800 bytes over an L2 of 2,000: under LevelDB's static 1,000, four times a
+        // tenth of L2.
+        let ls = levels(vec![
+            vec![],
+            vec![t("a", "c", 800)],
+            vec![t("a", "z", 2000)],
+        ]);
+        assert!(!policy().needs_compaction(&ls));
+        assert_eq!(dynamic.target(&ls, 1), 200.0);
+        assert_eq!(dynamic.best(&ls), (1, 4.0));
+        assert!(matches!(
+            dynamic.choose(&ls, &no_pointers()),
+            Choice::Merge { level: 1, .. }
+        ));
+        // The deepest level keeps its static target, so that the tree still deepens.
+        assert_eq!(dynamic.target(&ls, 2), 10_000.0);
+        // Two levels down, divided twice; an empty level between them counts.
+        let ls = levels(vec![
+            vec![],
+            vec![t("a", "c", 150)],
+            vec![],
+            vec![t("a", "z", 50_000)],
+        ]);
+        assert_eq!(dynamic.target(&ls, 2), 5_000.0);
+        assert_eq!(dynamic.target(&ls, 1), 500.0);
+        // At least one table.
+        let ls = levels(vec![vec![], vec![t("a", "c", 150)], vec![t("a", "z", 500)]]);
+        assert_eq!(dynamic.target(&ls, 1), 100.0);
+        // L1 the deepest: its static target.
+        let ls = levels(vec![vec![t("a", "b", 10)], vec![t("a", "c", 900)]]);
+        assert_eq!(dynamic.target(&ls, 1), 1000.0);
+        assert!(!dynamic.needs_compaction(&ls));
     }
 
     #[test]

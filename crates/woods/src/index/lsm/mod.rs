@@ -536,7 +536,7 @@ impl Index for Lsm {
             let limit = if i == 0 {
                 format!("trigger {} tables", self.params.l0_compaction_trigger)
             } else {
-                format!("max {:.0} bytes", self.policy.max_bytes(i))
+                format!("max {:.0} bytes", self.policy.target(&v.levels, i))
             };
             let written = c.written.get(i).map_or(0, |w| w.load(Ordering::Relaxed));
             // Also a counter, so that the bench's JSON has per-level write amplification.

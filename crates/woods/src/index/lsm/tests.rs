@@ -24,6 +24,7 @@ fn params() -> LsmParams {
         l0_slowdown: 4,
         l0_stop: 6,
         bloom_bits_per_key: 10,
+        dynamic_level_bytes: false,
     }
 }
 
