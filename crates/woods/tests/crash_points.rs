@@ -243,6 +243,11 @@ fn crash_points_lsm() {
 }
 
 #[test]
+fn crash_points_lsm_dynamic() {
+    crash_points_test("lsm-dynamic")
+}
+
+#[test]
 fn crash_points_nbtree() {
     crash_points_test("nbtree")
 }
@@ -292,6 +297,7 @@ fn crash_points_cover_every_kind() {
             "btree",
             "btree-buffered",
             "lsm",
+            "lsm-dynamic",
             "nbtree",
             "stbe",
             "lsa",
