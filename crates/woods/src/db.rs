@@ -1771,6 +1771,9 @@ impl Inner {
         if let Some(wal) = &self.wal {
             self.note(wal.rotate(wal_number))?;
             w.next_wal = wal_number + 1;
+            if self.opts.background_threads == 0 {
+                wal.cut_tails();
+            }
         }
         let old = {
             let mut m = self.mems.write();
@@ -1943,6 +1946,8 @@ impl Inner {
                 // The next log file, ready before the rotation that needs it.
                 // A failure turns the database read-only, and the loop below then waits.
                 let _ = self.note(wal.prepare_next());
+                // And the files rotated away cut back to their records.
+                wal.cut_tails();
             }
             let failed = self.failure.is_tripped();
             if !failed {
