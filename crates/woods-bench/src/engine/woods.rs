@@ -14,8 +14,9 @@ pub struct WoodsEngine {
 }
 
 /// A woods variant's index kind ([`crate::engine::WOODS_VARIANTS`] but the `btree-buffered`
-/// policies, which `IndexKind::from_name` knows); `None` for any other name.
-fn variant(kind: &str) -> Option<IndexKind> {
+/// policies, which `IndexKind::from_name` knows); `None` for any other name. Also the names
+/// `woods bench aging` takes.
+pub fn variant(kind: &str) -> Option<IndexKind> {
     // The paper's build: no partition merge (issue 21's reproduction runs it beside the
     // default).
     if kind == "pbt-nomerge" {
