@@ -529,7 +529,16 @@ impl WalWriter {
     /// memtable) and the file is being deleted, so no sync needs to cover it (nor cut it).
     pub fn retire(&self, number: u64) {
         self.current.lock().unsynced.retain(|(n, _)| *n != number);
-        self.tails.lock().retain(|t| t.number != number);
+        // Unmapped after the lock, which a rotation takes under the append mutex.
+        let dropped: Vec<Tail> = {
+            let mut tails = self.tails.lock();
+            let (gone, kept) = std::mem::take(&mut *tails)
+                .into_iter()
+                .partition(|t| t.number == number);
+            *tails = kept;
+            gone
+        };
+        drop(dropped);
     }
 
     /// Cuts the files rotated away back to their records: unmaps each and truncates its
