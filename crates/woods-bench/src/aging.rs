@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use clap::Args;
 use woods::storage::IoSnapshot;
-use woods::{Db, IndexKind, Options};
+use woods::{Db, Options};
 
 use crate::dist::Rng;
 
@@ -179,10 +179,7 @@ fn value(rng: &mut Rng, args: &AgingArgs, buf: &mut Vec<u8>) {
 
 fn options(kind: &str, args: &AgingArgs) -> Result<Options, String> {
     Ok(Options {
-        index: Some(match crate::engine::woods::variant(kind) {
-            Some(k) => k,
-            None => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
-        }),
+        index: Some(crate::engine::woods::named_kind(kind).map_err(|e| err("index kind", e))?),
         cache_bytes: args.cache_bytes,
         memtable_bytes: args.memtable_bytes,
         direct_io: true,
@@ -578,6 +575,7 @@ fn table(kind: &str, points: &[Point]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use woods::IndexKind;
 
     fn small(kind: &str) -> AgingArgs {
         AgingArgs {

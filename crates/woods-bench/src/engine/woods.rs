@@ -14,9 +14,8 @@ pub struct WoodsEngine {
 }
 
 /// A woods variant's index kind ([`crate::engine::WOODS_VARIANTS`] but the `btree-buffered`
-/// policies, which `IndexKind::from_name` knows); `None` for any other name. Also the names
-/// `woods bench aging` takes.
-pub fn variant(kind: &str) -> Option<IndexKind> {
+/// policies, which `IndexKind::from_name` knows); `None` for any other name.
+fn variant(kind: &str) -> Option<IndexKind> {
     // The paper's build: no partition merge (issue 21's reproduction runs it beside the
     // default).
     if kind == "pbt-nomerge" {
@@ -72,13 +71,19 @@ pub fn variant(kind: &str) -> Option<IndexKind> {
     }))
 }
 
+/// A woods index kind or one of the bench's variants by name, with its default parameters
+/// (`woods bench aging` takes the same names).
+pub fn named_kind(kind: &str) -> woods::Result<IndexKind> {
+    match variant(kind) {
+        Some(index) => Ok(index),
+        None => IndexKind::from_name(kind),
+    }
+}
+
 /// The index kind of engine `kind` (its name after `woods:`), with what the run's settings
 /// give it: the `fdtree` kinds' planned size, the `btree-buffered` kinds' buffer capacity.
 fn index_kind(kind: &str, cfg: &EngineConfig) -> BenchResult<IndexKind> {
-    let mut index = match variant(kind) {
-        Some(index) => index,
-        None => IndexKind::from_name(kind).map_err(|e| err("index kind", e))?,
-    };
+    let mut index = named_kind(kind).map_err(|e| err("index kind", e))?;
     if let (IndexKind::FdTree(p), Some(n)) = (&mut index, cfg.expected_entries) {
         // The cost model plans k for the run's size, not woods' default 10^8 entries.
         p.expected_entries = n.max(1);

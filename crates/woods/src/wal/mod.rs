@@ -172,16 +172,15 @@ struct Tail {
     number: u64,
     file: Arc<dyn File>,
     len: u64,
-    map: Option<SharedMap>,
+    map: SharedMap,
 }
 
 impl Tail {
     /// Unmaps the file and cuts it back to its records (a failure only leaves the zeros, which
     /// replay reads as the end of the records).
-    fn cut(mut self) {
-        if self.map.take().is_some() {
-            let _ = self.file.set_len(self.len);
-        }
+    fn cut(self) {
+        drop(self.map);
+        let _ = self.file.set_len(self.len);
     }
 }
 
@@ -477,12 +476,12 @@ impl WalWriter {
         let old_map = std::mem::replace(&mut cur.map, next.map);
         let old = std::mem::replace(&mut cur.file, next.file);
         let old_number = cur.number;
-        if old_map.is_some() {
+        if let Some(map) = old_map {
             self.tails.lock().push(Tail {
                 number: old_number,
                 file: old.clone(),
                 len: cur.file_off,
-                map: old_map,
+                map,
             });
         }
         cur.unsynced.push((old_number, old));

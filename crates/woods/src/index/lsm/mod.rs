@@ -522,11 +522,7 @@ impl Index for Lsm {
         let v = self.version();
         let c = &self.counters;
         let tables: u64 = v.levels.iter().map(|l| l.len() as u64).sum();
-        let name = if self.params.dynamic_level_bytes {
-            "lsm-dynamic"
-        } else {
-            "lsm"
-        };
+        let name = crate::IndexKind::Lsm(self.params.clone()).name();
         let mut s = IndexStats::new(name, v.height(), &c.absorbs);
         s.count([
             ("flushes", &c.flushes),

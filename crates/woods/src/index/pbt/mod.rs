@@ -123,7 +123,6 @@ enum MergePhase {
     Filter(BloomFinish),
     FilterPages {
         w: ExtentWriter,
-        start: Option<u64>,
         next: usize,
         bytes: Vec<u8>,
     },
@@ -720,7 +719,6 @@ impl Pbt {
         let bytes = f.into_bytes();
         m.phase = MergePhase::FilterPages {
             w: ExtentWriter::new(self.params.write_pages as usize, Purpose::Merge),
-            start: None,
             next: 0,
             bytes,
         };
@@ -729,36 +727,14 @@ impl Pbt {
     /// Writes about `budget_pages` more of the filter's pages.
     fn merge_filter_pages(&self, m: &mut Merging, budget_pages: u64) -> Result<u64> {
         let store = &self.ctx.store;
-        let MergePhase::FilterPages {
-            w,
-            start,
-            next,
-            bytes,
-        } = &mut m.phase
-        else {
+        let MergePhase::FilterPages { w, next, bytes } = &mut m.phase else {
             return Ok(0);
         };
-        let pages = bytes.len().div_ceil(crate::storage::PAGE_BODY) as u64;
-        if start.is_none() {
-            // All of it at once: the filter is read back as one extent.
-            w.reserve(store, pages)?;
-        }
         let before = w.used();
-        for c in bytes.chunks(crate::storage::PAGE_BODY).skip(*next) {
-            if w.used() - before >= budget_pages {
-                break;
-            }
-            let p = w.page(store, |b| b[..c.len()].copy_from_slice(c))?;
-            start.get_or_insert(p);
-            *next += 1;
-        }
+        let done = w.bytes_step(store, bytes, next, budget_pages)?;
         let written = (w.used() - before) * PAGE_SIZE as u64;
-        if *next as u64 == pages {
+        if let Some(bloom_ext) = done {
             w.finish(store)?;
-            let bloom_ext = Extent {
-                start: start.unwrap_or(0),
-                pages,
-            };
             let bloom = std::mem::take(bytes);
             m.phase = MergePhase::Swap {
                 bloom: Some(bloom),

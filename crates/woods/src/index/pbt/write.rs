@@ -92,12 +92,6 @@ impl ExtentWriter {
         Ok(())
     }
 
-    /// Makes the next `k` pages contiguous (a filter written a few pages per step but read
-    /// back as one extent).
-    pub fn reserve(&mut self, store: &PageFile, k: u64) -> Result<()> {
-        self.ensure(store, k)
-    }
-
     /// The next page, filled by `fill` (its body); returns its page number.
     pub fn page(&mut self, store: &PageFile, fill: impl FnOnce(&mut [u8])) -> Result<u64> {
         self.ensure(store, 1)?;
@@ -205,20 +199,43 @@ impl ExtentWriter {
 
     /// Writes `bytes` into the following pages, contiguous; returns the extent they take.
     pub fn bytes(&mut self, store: &PageFile, bytes: &[u8]) -> Result<Extent> {
-        let n = bytes.len().div_ceil(PAGE_BODY) as u64;
+        let mut next = 0;
+        Ok(self
+            .bytes_step(store, bytes, &mut next, u64::MAX)?
+            .unwrap_or(Extent { start: 0, pages: 0 }))
+    }
+
+    /// [`ExtentWriter::bytes`] a few pages at a time (a filter written in bounded steps but
+    /// read back as one extent): writes at most `max_pages` more of them, from page `*next` of
+    /// `bytes` (0 at the first call, which makes room for all of them contiguous); returns
+    /// their extent once the last is written.
+    pub fn bytes_step(
+        &mut self,
+        store: &PageFile,
+        bytes: &[u8],
+        next: &mut usize,
+        max_pages: u64,
+    ) -> Result<Option<Extent>> {
+        let n = bytes.len().div_ceil(PAGE_BODY);
         if n == 0 {
-            return Ok(Extent { start: 0, pages: 0 });
+            return Ok(None);
         }
-        self.ensure(store, n)?;
-        let mut start = None;
-        for c in bytes.chunks(PAGE_BODY) {
-            let p = self.page(store, |b| b[..c.len()].copy_from_slice(c))?;
-            start.get_or_insert(p);
+        if *next == 0 {
+            self.ensure(store, n as u64)?;
         }
-        Ok(Extent {
-            start: start.unwrap_or(0),
-            pages: n,
-        })
+        let mut last = 0;
+        for c in bytes
+            .chunks(PAGE_BODY)
+            .skip(*next)
+            .take(max_pages.max(1) as usize)
+        {
+            last = self.page(store, |b| b[..c.len()].copy_from_slice(c))?;
+            *next += 1;
+        }
+        Ok((*next == n).then(|| Extent {
+            start: last + 1 - n as u64,
+            pages: n as u64,
+        }))
     }
 }
 
