@@ -55,6 +55,19 @@ struct Drain {
     watermark: u64,
 }
 
+/// A leaf [`BTree::apply_leaves`] is building from a rewritten leaf and the leaves it takes in.
+struct Acc {
+    entries: Vec<LeafEntry>,
+    /// Encoded bytes of `entries`.
+    size: usize,
+    /// The separator of the first leaf.
+    lower: (Arc<[u8]>, u64),
+    /// The first entry of the job written into the first leaf.
+    first: Option<Entry>,
+    /// Where each leaf taken in began: the first entry written into it, or its separator.
+    absorbed: Vec<Pos>,
+}
+
 /// A memtable being merged in, or a drain of the insertion buffer.
 struct Job {
     /// The memtable (None: a drain).
@@ -112,6 +125,8 @@ struct Counters {
     steps: AtomicU64,
     pages_written: AtomicU64,
     splits: AtomicU64,
+    /// Leaves taken into the leaf before them (under half full after a rewrite).
+    leaf_merges: AtomicU64,
     blobs: AtomicU64,
     leaf_flushes: AtomicU64,
     entries_flushed: AtomicU64,
@@ -323,44 +338,15 @@ impl BTree {
         snapshots: &[u64],
     ) -> Result<Vec<Child>> {
         if height <= 1 {
-            let old = if page == 0 {
-                Vec::new()
-            } else {
-                decode_leaf(&self.read_body(page, Purpose::Merge)?, page)?
-            };
-            if page != 0 {
-                self.drop_page(job, page);
-            }
-            let old_len = old.len() as i64;
-            let mut merged = self.merge_leaf(job, page, old, new, upper, snapshots)?;
-            self.place_blobs(job, &mut merged)?;
-            job.entries_in_tree += merged.len() as i64 - old_len;
-            let mut out = self.write_nodes(job, &merged)?;
-            // The first leaf begins its key unless the leaf before may hold versions of it: it
-            // can only where this subtree's separator is that key's and not SEP_ALL.
-            if let Some(first) = out.first_mut() {
-                let begins = lower.is_none_or(|(k, s)| k < &first.key[..] || s == node::SEP_ALL);
-                if begins {
-                    first.seq = node::SEP_ALL;
-                }
-            }
-            if let (Some(first), Some(_)) = (new.first(), &job.drain) {
-                job.leaf_outs.push((
-                    Pos::of(first),
-                    out.iter()
-                        .map(|c| Pos {
-                            key: c.key.clone(),
-                            seq: c.seq,
-                        })
-                        .collect(),
-                ));
-            }
-            let splits = (out.len() as u64).saturating_sub(1);
-            self.counters.splits.fetch_add(splits, Ordering::Relaxed);
-            return Ok(out);
+            let merged = self.rewrite_leaf(job, page, new, upper, snapshots)?;
+            return self.write_leaves(job, &merged, lower, new.first());
         }
         let children = decode_internal(&self.read_body(page, Purpose::Merge)?, page)?;
         self.drop_page(job, page);
+        if height == 2 {
+            let leaves = self.apply_leaves(job, &children, new, upper, snapshots)?;
+            return self.pack_internal(job, leaves);
+        }
         let mut result: Vec<Child> = Vec::with_capacity(children.len() + 4);
         let mut i = 0;
         let mut lo = 0;
@@ -395,13 +381,173 @@ impl BTree {
         self.pack_internal(job, result)
     }
 
+    /// [`BTree::apply`] to the leaves `children` of one internal node: each leaf with entries
+    /// of `new` is rewritten, and a leaf left under half the fill target takes in the leaves
+    /// after it while the whole fits the target (InnoDB's merge threshold), whether they have
+    /// entries of `new` or not, so that deletes do not leave a scan reading near-empty leaves.
+    /// A leaf is taken in only by the one before it under the same parent.
+    fn apply_leaves(
+        &self,
+        job: &mut Job,
+        children: &[Child],
+        new: &[Entry],
+        upper: Option<&[u8]>,
+        snapshots: &[u64],
+    ) -> Result<Vec<Child>> {
+        let mut result: Vec<Child> = Vec::with_capacity(children.len() + 4);
+        let half = self.leaf_target() / 2;
+        // The leaf being built: its entries, their bytes, its separator, the first entry of
+        // `new` written into it, and the leaves it took in (their separators).
+        let mut acc: Option<Acc> = None;
+        let mut lo = 0;
+        for (i, child) in children.iter().enumerate() {
+            // Entries for child i: those before child i+1's separator.
+            let next = children.get(i + 1);
+            let hi = next.map_or(new.len(), |c| {
+                lo + new[lo..].partition_point(|e| {
+                    cmp_entries(&e.key, e.seq, &c.key, c.seq) == std::cmp::Ordering::Less
+                })
+            });
+            let mine = &new[lo..hi];
+            lo = hi;
+            let small = acc.as_ref().is_some_and(|a| a.size > 0 && a.size < half);
+            if mine.is_empty() && !small {
+                self.flush_acc(job, &mut result, acc.take())?;
+                result.push(child.clone());
+                continue;
+            }
+            let entries = if mine.is_empty() {
+                decode_leaf(&self.read_body(child.page, Purpose::Merge)?, child.page)?
+            } else {
+                let up = next.map(|c| &c.key[..]).or(upper);
+                self.rewrite_leaf(job, child.page, mine, up, snapshots)?
+            };
+            let size: usize = entries.iter().map(LeafEntry::encoded_len).sum();
+            match acc.as_mut() {
+                Some(a) if small && a.size + size <= self.leaf_target() => {
+                    if mine.is_empty() {
+                        self.drop_page(job, child.page);
+                    }
+                    a.entries.extend(entries);
+                    a.size += size;
+                    a.absorbed.push(match mine.first() {
+                        Some(e) => Pos::of(e),
+                        None => Pos {
+                            key: child.key.clone(),
+                            seq: child.seq,
+                        },
+                    });
+                    continue;
+                }
+                _ => {}
+            }
+            self.flush_acc(job, &mut result, acc.take())?;
+            if mine.is_empty() {
+                // Read to be taken in, too large for it: it stays as it is.
+                result.push(child.clone());
+                continue;
+            }
+            acc = Some(Acc {
+                entries,
+                size,
+                lower: (child.key.clone(), child.seq),
+                first: mine.first().cloned(),
+                absorbed: Vec::new(),
+            });
+        }
+        self.flush_acc(job, &mut result, acc.take())?;
+        Ok(result)
+    }
+
+    /// Writes the leaf [`BTree::apply_leaves`] built, and tells the insertion buffer's bins
+    /// which leaves it took in (their bins go, their counts to the bin now holding them).
+    fn flush_acc(&self, job: &mut Job, result: &mut Vec<Child>, acc: Option<Acc>) -> Result<()> {
+        let Some(a) = acc else {
+            return Ok(());
+        };
+        let lower = Some((&a.lower.0[..], a.lower.1));
+        result.extend(self.write_leaves(job, &a.entries, lower, a.first.as_ref())?);
+        self.counters
+            .leaf_merges
+            .fetch_add(a.absorbed.len() as u64, Ordering::Relaxed);
+        if job.drain.is_some() {
+            job.leaf_outs
+                .extend(a.absorbed.into_iter().map(|p| (p, Vec::new())));
+        }
+        Ok(())
+    }
+
+    /// The entries of leaf `page` (0: the empty tree's) with `new` merged in; the leaf's page
+    /// is dropped, and its new values too large to stay inline are placed in blob pages.
+    fn rewrite_leaf(
+        &self,
+        job: &mut Job,
+        page: u64,
+        new: &[Entry],
+        upper: Option<&[u8]>,
+        snapshots: &[u64],
+    ) -> Result<Vec<LeafEntry>> {
+        let old = if page == 0 {
+            Vec::new()
+        } else {
+            decode_leaf(&self.read_body(page, Purpose::Merge)?, page)?
+        };
+        if page != 0 {
+            self.drop_page(job, page);
+        }
+        let old_len = old.len() as i64;
+        let mut merged = self.merge_leaf(job, page, old, new, upper, snapshots)?;
+        self.place_blobs(job, &mut merged)?;
+        job.entries_in_tree += merged.len() as i64 - old_len;
+        Ok(merged)
+    }
+
+    /// Writes a rewritten leaf's entries as leaves at the fill target; `lower` is the leaf's
+    /// separator (`None`: the tree's first), `first` the first entry written into it.
+    fn write_leaves(
+        &self,
+        job: &mut Job,
+        merged: &[LeafEntry],
+        lower: Option<(&[u8], u64)>,
+        first: Option<&Entry>,
+    ) -> Result<Vec<Child>> {
+        let mut out = self.write_nodes(job, merged)?;
+        // The first leaf begins its key unless the leaf before may hold versions of it: it
+        // can only where this subtree's separator is that key's and not SEP_ALL.
+        if let Some(first) = out.first_mut() {
+            let begins = lower.is_none_or(|(k, s)| k < &first.key[..] || s == node::SEP_ALL);
+            if begins {
+                first.seq = node::SEP_ALL;
+            }
+        }
+        if let (Some(first), Some(_)) = (first, &job.drain) {
+            job.leaf_outs.push((
+                Pos::of(first),
+                out.iter()
+                    .map(|c| Pos {
+                        key: c.key.clone(),
+                        seq: c.seq,
+                    })
+                    .collect(),
+            ));
+        }
+        let splits = (out.len() as u64).saturating_sub(1);
+        self.counters.splits.fetch_add(splits, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// The bytes of entries a node is filled to when written.
+    fn leaf_target(&self) -> usize {
+        BODY_ROOM * self.params.fill_percent as usize / 100
+    }
+
     fn pack_internal(&self, job: &mut Job, children: Vec<Child>) -> Result<Vec<Child>> {
         self.write_nodes(job, &children)
     }
 
     /// Writes `items` as nodes at the fill target, each to a fresh page of the job.
     fn write_nodes<T: NodeItem>(&self, job: &mut Job, items: &[T]) -> Result<Vec<Child>> {
-        let target = BODY_ROOM * self.params.fill_percent as usize / 100;
+        let target = self.leaf_target();
         let mut alloc = || self.alloc_page(job);
         let out = tree::write_nodes(&self.ctx.store, items, target, Purpose::Merge, &mut alloc)?;
         let c = &self.counters;
@@ -971,6 +1117,7 @@ impl Index for BTree {
             ("steps", &c.steps),
             ("pages_written", &c.pages_written),
             ("splits", &c.splits),
+            ("leaf_merges", &c.leaf_merges),
             ("blobs", &c.blobs),
         ]);
         s.shape.push(format!(
