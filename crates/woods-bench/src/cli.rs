@@ -41,7 +41,8 @@ own operation count, the others run --ops):
   fillseq       load records 0..N in key order (db_bench keys; with --hashed-keys, the records sorted by their hashed keys: a bulk load)
   fillrandom    load records 0..N, each once, in uniformly random key order (db_bench keys)
   fillmixed     load records 0..N, each once: --sequential-percent P of the inserts extend an ascending run (records 0..N*P/100, the low end of the key space), evenly interleaved with the others' inserts in uniformly random order (db_bench keys; SplinterDB's locality sweep)
-  overwrite     puts of new versions of records chosen uniformly at random
+  overwrite     puts of new versions of records chosen uniformly at random (with --distribution \
+zipfian or latest, from that distribution over the records loaded)
   readrandom    gets of records chosen uniformly at random; with --miss-ratio R, a share R of \
 them look up keys no record has (inside the records' key range), which must be not found
   readmissing   gets of keys no record has (inside the records' key range), chosen uniformly at \
@@ -63,7 +64,7 @@ random; each must be not found
   fd-w-delete   W-Delete: 20% searches, 20% inserts, 50% deletes, 10% updates
   search-insert 50% searches, 50% inserts (the FD-tree paper's Figs. 7 and 10)
 Zipfian is YCSB's scrambled zipfian (constant 0.99, hot records scattered by an FNV hash); \
---distribution uniform|zipfian|latest replaces each YCSB workload's own. The FD-tree mixes \
+--distribution uniform|zipfian|latest replaces each YCSB workload's own (and overwrite's uniform). The FD-tree mixes \
 search (get), update and delete records chosen uniformly among those present at the time, and \
 insert records no phase wrote before, whose keys land among the loaded ones: they need \
 --hashed-keys (or ycsb-load). Mixed phases also time each kind of operation apart (the table \
@@ -219,8 +220,8 @@ pub struct BenchArgs {
     /// keys, in record order].
     #[arg(long)]
     pub hashed_keys: bool,
-    /// Request distribution of every YCSB phase [default: each workload's own: latest for
-    /// ycsb-d, zipfian for the others].
+    /// Request distribution of every YCSB phase and of overwrite [default: each workload's
+    /// own: latest for ycsb-d, zipfian for the other YCSB phases, uniform for overwrite].
     #[arg(long, value_enum, value_name = "D")]
     pub distribution: Option<Distribution>,
     /// Key size in bytes (at least 8; 24 for YCSB keys).

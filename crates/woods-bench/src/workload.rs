@@ -1213,6 +1213,18 @@ impl Chooser {
         })
     }
 
+    /// An overwrite's chooser over the `records` loaded: uniform unless `distribution` names
+    /// another (YCSB's scrambled zipfian, its hot records scattered over the key space, or
+    /// latest).
+    fn for_overwrite(distribution: Option<Distribution>, records: u64) -> Chooser {
+        let last = records.max(1) - 1;
+        match distribution {
+            None | Some(Distribution::Uniform) => Chooser::Uniform { records },
+            Some(Distribution::Zipfian) => Chooser::Zipfian(ScrambledZipfian::new(0, last)),
+            Some(Distribution::Latest) => Chooser::Latest(SkewedLatest::new(last)),
+        }
+    }
+
     /// YCSB's `nextKeynum`: a draw at most the last acknowledged record; for
     /// [`Chooser::Present`], a present record, or `None` when none is left (or none was met
     /// in [`PRESENT_GIVE_UP`] draws).
@@ -1386,8 +1398,11 @@ impl<'a> Client<'a> {
                 }
             }
             Workload::Overwrite => {
+                let mut choose = Chooser::for_overwrite(spec.distribution, s.expected.acked());
                 for _ in 0..mine {
-                    let i = self.rng.below(s.expected.acked());
+                    let Some(i) = choose.next(&mut self.rng, s.expected) else {
+                        break;
+                    };
                     self.put(i)?;
                     if !self.tick(1) {
                         break;
@@ -2075,6 +2090,43 @@ mod tests {
         assert_eq!(off(0), None); // tmpfs
         let unknown = OwnCounters::default();
         assert_eq!(proc_outside(2 << 20, &unknown, 4096), None);
+    }
+
+    /// An overwrite draws from the distribution asked for: scrambled zipfian puts about 1/26 of
+    /// its draws on its most popular record (1/zeta of YCSB's 10^16 items; scrambled: not
+    /// record 0), latest about a tenth on the newest, uniform about 1/10,000; every draw is a
+    /// record loaded.
+    #[test]
+    fn overwrites_follow_the_distribution_asked_for() {
+        const N: u64 = 10_000;
+        let expected = Expected::new(N);
+        expected.loaded(N);
+        let top = |d: Option<Distribution>| {
+            let mut c = Chooser::for_overwrite(d, N);
+            let mut rng = Rng::new(7, 1);
+            let mut hits = vec![0u32; N as usize];
+            for _ in 0..100_000 {
+                let k = c.next(&mut rng, &expected).expect("a record");
+                assert!(k < N, "{d:?} drew {k}");
+                hits[k as usize] += 1;
+            }
+            let (i, most) = hits.iter().enumerate().max_by_key(|(_, h)| **h).unwrap();
+            (i, f64::from(*most) / 100_000.0)
+        };
+        let (_, uniform) = top(None);
+        assert!(
+            uniform < 0.001,
+            "uniform's most drawn record took {uniform}"
+        );
+        assert_eq!(top(Some(Distribution::Uniform)).1, uniform);
+        let (hot, zipf) = top(Some(Distribution::Zipfian));
+        assert!(zipf > 0.03, "zipfian's most drawn record took only {zipf}");
+        assert_ne!(hot, 0, "the hot record is scattered");
+        let (newest, latest) = top(Some(Distribution::Latest));
+        assert!(
+            latest > 0.05 && newest as u64 >= N - 3,
+            "{newest}: {latest}"
+        );
     }
 
     #[test]
