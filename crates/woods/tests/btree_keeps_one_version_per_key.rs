@@ -11,23 +11,13 @@
 
 mod common;
 
-use woods::{Db, IndexKind, Options};
+use woods::Db;
 
 #[test]
 fn updates_and_deletes_leave_one_version_per_key() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index: Some(IndexKind::from_name("btree").expect("btree")),
-        cache_bytes: 1 << 20,
-        memtable_bytes: 256 << 10,
-        ..Options::default()
-    };
     let n = 20_000u32 * common::scale() as u32;
-    let db = Db::open(dir.path(), opts.clone()).expect("open");
-    for i in 0..n {
-        db.put(i.to_be_bytes(), [7u8; 100]).expect("put");
-    }
-    db.flush().expect("flush");
+    let (db, opts) = common::btree_of_keys(dir.path(), n);
     // Every other key deleted, then every fourth updated to a longer value: the leaves' first
     // keys among them (a few hundred leaves of about 30 entries).
     for i in (0..n).step_by(2) {

@@ -9,23 +9,13 @@
 
 mod common;
 
-use woods::{Db, IndexKind, Options};
+use woods::Db;
 
 #[test]
 fn deleting_most_keys_frees_most_leaves() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let opts = Options {
-        index: Some(IndexKind::from_name("btree").expect("btree")),
-        cache_bytes: 1 << 20,
-        memtable_bytes: 256 << 10,
-        ..Options::default()
-    };
     let n = 20_000u32 * common::scale() as u32;
-    let db = Db::open(dir.path(), opts.clone()).expect("open");
-    for i in 0..n {
-        db.put(i.to_be_bytes(), [7u8; 100]).expect("put");
-    }
-    db.flush().expect("flush");
+    let (db, opts) = common::btree_of_keys(dir.path(), n);
     let full = db.check().expect("check");
     assert_eq!(full.live_keys, u64::from(n));
     // Seven keys in eight deleted, spread over every leaf.

@@ -183,6 +183,23 @@ pub fn small_options(kind: &IndexKind) -> Options {
     }
 }
 
+/// A `btree` database in `dir` (1 MiB cache, 256 KiB memtables) holding keys `0..n` (4 bytes
+/// big-endian) with 100-byte values of 7s, flushed into the tree; and its options, to reopen it.
+pub fn btree_of_keys(dir: &std::path::Path, n: u32) -> (Db, Options) {
+    let opts = Options {
+        index: Some(IndexKind::from_name("btree").expect("btree")),
+        cache_bytes: 1 << 20,
+        memtable_bytes: 256 << 10,
+        ..Options::default()
+    };
+    let db = Db::open(dir, opts.clone()).expect("open");
+    for i in 0..n {
+        db.put(i.to_be_bytes(), [7u8; 100]).expect("put");
+    }
+    db.flush().expect("flush");
+    (db, opts)
+}
+
 /// The seed of a randomized test: WOODS_SEED if set, else from the clock; always printed.
 pub fn seed(test: &str) -> u64 {
     let s = std::env::var("WOODS_SEED")
