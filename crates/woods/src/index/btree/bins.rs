@@ -171,9 +171,11 @@ impl Bins {
         self.cursor = self.next_leaf(bin);
     }
 
-    /// Replaces the leaf whose range held `first` (a position the flush wrote into it) by
-    /// leaves starting at `out` (empty: the leaf emptied and is gone). The flushed leaf held no
-    /// buffered entries any more, so every new bin starts at zero.
+    /// Replaces the leaf whose range held `first` (a position the flush wrote into it, or the
+    /// leaf's own start) by leaves starting at `out` (empty: the leaf emptied, or was taken
+    /// into the leaf before it, and is gone). A flushed leaf holds no buffered entries any
+    /// more, so every new bin starts at zero; a leaf taken in gives its count to the bin that
+    /// now covers it.
     pub fn replace_leaf(&mut self, first: &Pos, out: &[Pos]) {
         let old = self.bin_of(first);
         let count = self.leaves.get(&old).copied().unwrap_or(0);
@@ -200,7 +202,8 @@ impl Bins {
             }
         }
         if count > 0 {
-            // Not expected (a flushed leaf is empty of buffered entries); keep the count.
+            // A leaf taken into the one before it (`BTree::apply_leaves`): its buffered
+            // entries now belong to that leaf's bin. (A flushed leaf holds none.)
             let bin = self.bin_of(first);
             let c = self.leaves.get(&bin).copied().unwrap_or(0);
             self.set_count(&bin, c + count);

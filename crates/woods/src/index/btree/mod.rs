@@ -80,7 +80,8 @@ struct Job {
     /// Units the job applies in all (a drain's; 0 for a memtable, which the queue counts).
     total: u64,
     /// Each leaf the job rewrote: the position of the first entry it wrote into the leaf, and
-    /// the first positions of the leaves that replaced it.
+    /// the first positions of the leaves that replaced it; and each leaf taken into the leaf
+    /// before it: a position in it (its first new entry, or its separator) and no leaves.
     leaf_outs: Vec<(Pos, Vec<Pos>)>,
     /// Units (`entry_units`) applied so far.
     done: u64,
