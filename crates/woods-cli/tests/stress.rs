@@ -105,12 +105,14 @@ fn stress_with_filters_read_a_page_at_a_time() {
     let s = seed("stress_with_filters_read_a_page_at_a_time");
     // Rounds of 6 s resume the run in the same directory until some filter passes its share
     // (at 10 to 12 bits a key, 22,000 to 26,000 keys fill the half; an idle machine writes
-    // about 40,000 in 5 s), at most four, so that a loaded machine only takes longer.
+    // about 40,000 in 5 s), at most twelve, so that a loaded machine only takes longer (a
+    // clean-clone CI beside a kill test wrote 9,500 to 17,300 a round, and four rounds were
+    // not enough).
     for kind in ["lsm", "nbtree", "stbe"] {
         let d = tempfile::tempdir().expect("tempdir");
         let args = ["--keys", "100000", "--cache-bytes", "64K"];
         let mut paged = 0;
-        for _ in 0..4 {
+        for _ in 0..12 {
             let o = stress_with(kind, 6, s, Some(d.path()), &args);
             assert_eq!(
                 o.status.code(),
