@@ -529,14 +529,11 @@ impl WalWriter {
     pub fn retire(&self, number: u64) {
         self.current.lock().unsynced.retain(|(n, _)| *n != number);
         // Unmapped after the lock, which a rotation takes under the append mutex.
-        let dropped: Vec<Tail> = {
-            let mut tails = self.tails.lock();
-            let (gone, kept) = std::mem::take(&mut *tails)
-                .into_iter()
-                .partition(|t| t.number == number);
-            *tails = kept;
-            gone
-        };
+        let dropped: Vec<Tail> = self
+            .tails
+            .lock()
+            .extract_if(.., |t| t.number == number)
+            .collect();
         drop(dropped);
     }
 

@@ -56,6 +56,13 @@ impl Pos {
             seq: e.seq,
         }
     }
+    /// The position of a child's separator: where its leaf begins.
+    pub fn of_child(c: &super::node::Child) -> Pos {
+        Pos {
+            key: c.key.clone(),
+            seq: c.seq,
+        }
+    }
 }
 
 impl PartialEq for Pos {

@@ -55,6 +55,16 @@ struct Drain {
     watermark: u64,
 }
 
+/// The end in `new` (sorted, from `lo`) of the entries for the child before `next`: those
+/// ordering before `next`'s separator, or all of them after the last child.
+fn share_end(new: &[Entry], lo: usize, next: Option<&Child>) -> usize {
+    next.map_or(new.len(), |c| {
+        lo + new[lo..].partition_point(|e| {
+            cmp_entries(&e.key, e.seq, &c.key, c.seq) == std::cmp::Ordering::Less
+        })
+    })
+}
+
 /// A leaf [`BTree::apply_leaves`] is building from a rewritten leaf and the leaves it takes in.
 struct Acc {
     entries: Vec<LeafEntry>,
@@ -128,7 +138,7 @@ struct Counters {
     steps: AtomicU64,
     pages_written: AtomicU64,
     splits: AtomicU64,
-    /// Leaves taken into the leaf before them (under half full after a rewrite).
+    /// Leaves taken into the leaf before them (a step shrank it under half full).
     leaf_merges: AtomicU64,
     blobs: AtomicU64,
     leaf_flushes: AtomicU64,
@@ -354,15 +364,7 @@ impl BTree {
         let mut i = 0;
         let mut lo = 0;
         while i < children.len() {
-            // Entries for child i: those before child i+1's separator.
-            let hi = if i + 1 < children.len() {
-                let c = &children[i + 1];
-                lo + new[lo..].partition_point(|e| {
-                    cmp_entries(&e.key, e.seq, &c.key, c.seq) == std::cmp::Ordering::Less
-                })
-            } else {
-                new.len()
-            };
+            let hi = share_end(new, lo, children.get(i + 1));
             if hi == lo {
                 result.push(children[i].clone());
             } else {
@@ -398,19 +400,12 @@ impl BTree {
         snapshots: &[u64],
     ) -> Result<Vec<Child>> {
         let mut result: Vec<Child> = Vec::with_capacity(children.len() + 4);
-        let half = self.leaf_target() / 2;
-        // The leaf being built: its entries, their bytes, its separator, the first entry of
-        // `new` written into it, and the leaves it took in (their separators).
+        let half = self.fill_target() / 2;
         let mut acc: Option<Acc> = None;
         let mut lo = 0;
         for (i, child) in children.iter().enumerate() {
-            // Entries for child i: those before child i+1's separator.
             let next = children.get(i + 1);
-            let hi = next.map_or(new.len(), |c| {
-                lo + new[lo..].partition_point(|e| {
-                    cmp_entries(&e.key, e.seq, &c.key, c.seq) == std::cmp::Ordering::Less
-                })
-            });
+            let hi = share_end(new, lo, next);
             let mine = &new[lo..hi];
             lo = hi;
             // Only a leaf the step shrank takes others in: one that a load of inserts left
@@ -424,31 +419,26 @@ impl BTree {
                 result.push(child.clone());
                 continue;
             }
+            // A leaf read only to be taken in has no size before the step.
             let (entries, old_size) = if mine.is_empty() {
                 let old = decode_leaf(&self.read_body(child.page, Purpose::Merge)?, child.page)?;
-                (old, usize::MAX)
+                (old, None)
             } else {
                 let up = next.map(|c| &c.key[..]).or(upper);
-                self.rewrite_leaf(job, child.page, mine, up, snapshots)?
+                let (merged, old_size) = self.rewrite_leaf(job, child.page, mine, up, snapshots)?;
+                (merged, Some(old_size))
             };
             let size: usize = entries.iter().map(LeafEntry::encoded_len).sum();
-            match acc.as_mut() {
-                Some(a) if small && a.size + size <= self.leaf_target() => {
-                    if mine.is_empty() {
-                        self.drop_page(job, child.page);
-                    }
-                    a.entries.extend(entries);
-                    a.size += size;
-                    a.absorbed.push(match mine.first() {
-                        Some(e) => Pos::of(e),
-                        None => Pos {
-                            key: child.key.clone(),
-                            seq: child.seq,
-                        },
-                    });
-                    continue;
+            let fits = |a: &&mut Acc| small && a.size + size <= self.fill_target();
+            if let Some(a) = acc.as_mut().filter(fits) {
+                if mine.is_empty() {
+                    self.drop_page(job, child.page);
                 }
-                _ => {}
+                a.entries.extend(entries);
+                a.size += size;
+                a.absorbed
+                    .push(mine.first().map_or_else(|| Pos::of_child(child), Pos::of));
+                continue;
             }
             self.flush_acc(job, &mut result, acc.take())?;
             if mine.is_empty() {
@@ -459,7 +449,7 @@ impl BTree {
             acc = Some(Acc {
                 entries,
                 size,
-                shrunk: size < old_size,
+                shrunk: old_size.is_some_and(|o| size < o),
                 lower: (child.key.clone(), child.seq),
                 first: mine.first().cloned(),
                 absorbed: Vec::new(),
@@ -533,23 +523,16 @@ impl BTree {
             }
         }
         if let (Some(first), Some(_)) = (first, &job.drain) {
-            job.leaf_outs.push((
-                Pos::of(first),
-                out.iter()
-                    .map(|c| Pos {
-                        key: c.key.clone(),
-                        seq: c.seq,
-                    })
-                    .collect(),
-            ));
+            job.leaf_outs
+                .push((Pos::of(first), out.iter().map(Pos::of_child).collect()));
         }
         let splits = (out.len() as u64).saturating_sub(1);
         self.counters.splits.fetch_add(splits, Ordering::Relaxed);
         Ok(out)
     }
 
-    /// The bytes of entries a node is filled to when written.
-    fn leaf_target(&self) -> usize {
+    /// The bytes of items a node (leaf or internal) is filled to when written.
+    fn fill_target(&self) -> usize {
         BODY_ROOM * self.params.fill_percent as usize / 100
     }
 
@@ -559,7 +542,7 @@ impl BTree {
 
     /// Writes `items` as nodes at the fill target, each to a fresh page of the job.
     fn write_nodes<T: NodeItem>(&self, job: &mut Job, items: &[T]) -> Result<Vec<Child>> {
-        let target = self.leaf_target();
+        let target = self.fill_target();
         let mut alloc = || self.alloc_page(job);
         let out = tree::write_nodes(&self.ctx.store, items, target, Purpose::Merge, &mut alloc)?;
         let c = &self.counters;
@@ -869,10 +852,7 @@ impl BTree {
         }
         let kids = decode_internal(&self.read_body(page, Purpose::Merge)?, page)?;
         if height == 2 {
-            out.extend(kids.iter().map(|c| Pos {
-                key: c.key.clone(),
-                seq: c.seq,
-            }));
+            out.extend(kids.iter().map(Pos::of_child));
             return Ok(());
         }
         for c in &kids {
