@@ -9,8 +9,8 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::channel;
-use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once, OnceLock, PoisonError};
 
 use super::EntryIter;
 use crate::entry::Entry;
@@ -36,22 +36,42 @@ thread_local! {
 /// Neither allocates per thread as a thread first waits (std's channels do, lazily, in a thread
 /// local), so once [`start_pool`] returns the pool allocates nothing but its jobs.
 struct Pool {
-    jobs: Mutex<VecDeque<Job>>,
+    queue: Mutex<Queue>,
     ready: Condvar,
+    /// The number of the next [`prime`] call.
+    batches: AtomicU64,
     /// Reader threads running (those that failed to start are not counted).
     running: Mutex<usize>,
     started: Condvar,
 }
 
+struct Queue {
+    /// Each job with the number of the [`prime`] call that queued it.
+    jobs: VecDeque<(u64, Job)>,
+    /// Readers waiting on `ready`: a call wakes no more than it has jobs for them, since a wake
+    /// is a system call whether or not a reader waits for it, and a reader woken for nothing
+    /// goes straight back to sleep (another system call and a context switch).
+    idle: usize,
+}
+
 impl Pool {
     fn take(&self) -> Job {
-        let mut q = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if let Some(job) = q.pop_front() {
+            if let Some((_, job)) = q.jobs.pop_front() {
                 return job;
             }
+            q.idle += 1;
             q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
+            q.idle -= 1;
         }
+    }
+
+    /// A job of `batch` still queued, taken off the queue.
+    fn take_own(&self, batch: u64) -> Option<Job> {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = q.jobs.iter().position(|(b, _)| *b == batch)?;
+        q.jobs.remove(i).map(|(_, job)| job)
     }
 
     fn running(&self) -> usize {
@@ -59,19 +79,58 @@ impl Pool {
     }
 }
 
+/// A source with its first entry pulled; `None` where its pull panicked.
+type Pulled = Option<(Option<Result<Entry>>, EntryIter)>;
+
+/// Where the jobs of one [`prime`] call leave their sources.
+struct Batch {
+    slots: Mutex<Slots>,
+    /// Signalled by the last job, if the caller waits.
+    done: Condvar,
+}
+
+struct Slots {
+    pulled: Vec<Option<Pulled>>,
+    left: usize,
+    waiting: bool,
+}
+
+impl Batch {
+    fn put(&self, i: usize, pulled: Pulled) {
+        let mut s = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        s.pulled[i] = Some(pulled);
+        s.left -= 1;
+        if s.left == 0 && s.waiting {
+            self.done.notify_one();
+        }
+    }
+
+    fn wait(&self) -> Vec<Option<Pulled>> {
+        let mut s = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        while s.left > 0 {
+            s.waiting = true;
+            s = self.done.wait(s).unwrap_or_else(PoisonError::into_inner);
+        }
+        std::mem::take(&mut s.pulled)
+    }
+}
+
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
-    let mut spawn = false;
-    let pool = POOL.get_or_init(|| {
-        spawn = true;
-        Pool {
-            jobs: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-            running: Mutex::new(0),
-            started: Condvar::new(),
-        }
+    static SPAWN: Once = Once::new();
+    let pool = POOL.get_or_init(|| Pool {
+        queue: Mutex::new(Queue {
+            jobs: VecDeque::new(),
+            idle: 0,
+        }),
+        ready: Condvar::new(),
+        batches: AtomicU64::new(0),
+        running: Mutex::new(0),
+        started: Condvar::new(),
     });
-    if spawn {
+    // Every caller waits here until the threads run: a caller that found the pool made but its
+    // threads not yet started would see none running, and pull its sources in place.
+    SPAWN.call_once(|| {
         let mut spawned = 0;
         for i in 0..READERS {
             // A pool that cannot start a thread runs with fewer; with none, `prime` pulls its
@@ -83,9 +142,7 @@ fn pool() -> &'static Pool {
                     *pool.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
                     pool.started.notify_all();
                     loop {
-                        // A job that panics drops its sender as it unwinds, and `prime` reports
-                        // its source as failed; the thread goes on.
-                        let _ = catch_unwind(AssertUnwindSafe(pool.take()));
+                        (pool.take())();
                     }
                 })
                 .is_ok();
@@ -98,7 +155,7 @@ fn pool() -> &'static Pool {
         while *n < spawned {
             n = pool.started.wait(n).unwrap_or_else(PoisonError::into_inner);
         }
-    }
+    });
     pool
 }
 
@@ -122,31 +179,45 @@ pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
         return sources;
     }
     let n = sources.len();
-    let (tx, rx) = channel::<(usize, Option<Result<Entry>>, EntryIter)>();
-    {
-        let mut q = pool.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+    let batch = Arc::new(Batch {
+        slots: Mutex::new(Slots {
+            pulled: (0..n).map(|_| None).collect(),
+            left: n,
+            waiting: false,
+        }),
+        done: Condvar::new(),
+    });
+    let id = pool.batches.fetch_add(1, Ordering::Relaxed);
+    let wake = {
+        let mut q = pool.queue.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, mut src) in sources.into_iter().enumerate() {
-            let tx = tx.clone();
-            q.push_back(Box::new(move || {
-                let first = src.next();
-                let _ = tx.send((i, first, src));
-            }));
+            let b = batch.clone();
+            let job: Job = Box::new(move || {
+                // A source whose read panics is reported as failed (its slot holds `None`);
+                // the thread goes on.
+                let pulled = catch_unwind(AssertUnwindSafe(move || (src.next(), src))).ok();
+                b.put(i, pulled);
+            });
+            q.jobs.push_back((id, job));
         }
+        // This thread pulls sources too, rather than wait idle: a reader woken a job but one.
+        q.idle.min(n - 1)
+    };
+    for _ in 0..wake {
+        pool.ready.notify_one();
     }
-    pool.ready.notify_all();
-    drop(tx);
-    let mut out: Vec<Option<EntryIter>> = (0..n).map(|_| None).collect();
-    for (i, first, src) in rx.iter() {
-        out[i] = Some(Box::new(first.into_iter().chain(src)));
+    while let Some(job) = pool.take_own(id) {
+        job();
     }
-    out.into_iter()
-        .map(|s| {
-            s.unwrap_or_else(|| {
-                Box::new(std::iter::once(Err(Error::io(
-                    "reading a scan's first entries",
-                    std::io::Error::other("a reader thread did not report back"),
-                ))))
-            })
+    batch
+        .wait()
+        .into_iter()
+        .map(|s| match s.flatten() {
+            Some((first, src)) => Box::new(first.into_iter().chain(src)) as EntryIter,
+            None => Box::new(std::iter::once(Err(Error::io(
+                "reading a scan's first entries",
+                std::io::Error::other("a reader thread did not report back"),
+            )))),
         })
         .collect()
 }
