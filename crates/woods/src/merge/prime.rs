@@ -278,6 +278,43 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_is_not_held_up_by_busy_readers() {
+        // Every reader busy with a job that waits for this test: a prime call must still come
+        // back, its own thread pulling its sources (before, it waited for a reader to be free).
+        let pool = pool();
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        {
+            let mut q = pool.queue.lock().unwrap();
+            for _ in 0..READERS {
+                let (started, release) = (started_tx.clone(), release_rx.clone());
+                let job: Job = Box::new(move || {
+                    let _ = started.send(());
+                    let _ = release.lock().unwrap().recv();
+                });
+                q.jobs.push_back((u64::MAX, job));
+            }
+        }
+        pool.ready.notify_all();
+        for _ in 0..READERS {
+            started_rx.recv().expect("a reader started its job");
+        }
+        let got: Vec<Vec<Vec<u8>>> = prime(vec![source(1, 2), source(2, 1), source(3, 3)])
+            .into_iter()
+            .map(|s| s.map(|e| e.unwrap().key.to_vec()).collect())
+            .collect();
+        for _ in 0..READERS {
+            release_tx.send(()).expect("release a reader");
+        }
+        let want: Vec<Vec<Vec<u8>>> = [(1, 2), (2, 1), (3, 3)]
+            .iter()
+            .map(|&(t, n)| source(t, n).map(|e| e.unwrap().key.to_vec()).collect())
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn errors_come_through_in_place() {
         let failing: EntryIter = Box::new(std::iter::once(Err(Error::corruption(
             "test", None, "bad page",
