@@ -149,7 +149,9 @@ pub struct Stats {
     pub stall_max: Duration,
     /// The most index work one write did itself since open, in the index's units (for
     /// `nbtree`, bytes of entries read or written): its pacing share and, for the write that
-    /// rotated the memtable, what was left of the job (docs/engine.md, *The writer's bound*).
+    /// rotated the memtable, what was left of the job (docs/engine.md, *The writer's bound*);
+    /// and what a stall rule made it do (`lsm` without background threads: a step at the
+    /// slowdown, every step until L0 is under the stop rule at the stop).
     pub write_work_max: u64,
     /// The largest debt a pacing schedule started from since open (for `nbtree` and
     /// `fdtree-d`, a job's work bound when its memtable was absorbed): with `memtable_bytes`
@@ -164,7 +166,8 @@ pub struct Stats {
     /// steps a writer did itself (time and units), `schedule_rises` for the times the debt rose
     /// above the pacing schedule's start within a memtable (and the largest rise),
     /// `slowdown_*` for writes an index's slowdown rule delayed (`lsm`'s L0 rule): asleep with
-    /// background threads, working a step of the index's work without them. Times in
+    /// background threads, working a step of the index's work without them (counted when the
+    /// step did some). Times in
     /// nanoseconds, work in the index's units.
     pub waits: BTreeMap<String, u64>,
     /// Memtables frozen and handed to the index since open.
@@ -1433,11 +1436,14 @@ impl Inner {
                 let mut done = 0;
                 if self.opts.background_threads == 0 {
                     // No thread to give the time to: the delay LevelDB's rule asks for is spent
-                    // on a step of the work it waits for. (Asleep, the writer only waited, and
-                    // with L0 at the slowdown for whole memtables, a load without background
-                    // threads went at under a thousand writes a second.)
+                    // on a step of the work it waits for (for `lsm`, whose steps are whole,
+                    // one flush or compaction). Asleep, the writer only waited, and with L0 at
+                    // the slowdown for whole memtables, a load without background threads went
+                    // at under a thousand writes a second.
                     done = self.writer_work(self.step_bytes())?;
-                    w.slowdown_works.fetch_add(1, Ordering::Relaxed);
+                    if done > 0 {
+                        w.slowdown_works.fetch_add(1, Ordering::Relaxed);
+                    }
                 } else {
                     std::thread::sleep(Duration::from_micros(us));
                     w.slowdown_sleeps.fetch_add(1, Ordering::Relaxed);

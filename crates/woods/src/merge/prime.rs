@@ -2,10 +2,10 @@
 //!
 //! A scan merges sources whose first entry is usually behind a device read (a run's first data
 //! page, not in the cache): pulled one after another, as a merge starts, those reads cost a
-//! device latency each. [`prime`] pulls every source's first entry on a small pool of reader
-//! threads instead, so the reads overlap and a scan of k runs starts after about one read, as the
-//! STBε-tree dissertation's asynchronous lookups intend. The pool is shared by every database of
-//! the process and started on first use.
+//! device latency each. [`prime`] pulls the sources' first entries on a small pool of reader
+//! threads and on the caller's own thread at once, so the reads overlap and a scan of k runs
+//! starts after about one read, as the STBε-tree dissertation's asynchronous lookups intend. The
+//! pool is shared by every database of the process and started on first use.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -52,6 +52,8 @@ struct Queue {
     /// is a system call whether or not a reader waits for it, and a reader woken for nothing
     /// goes straight back to sleep (another system call and a context switch).
     idle: usize,
+    /// Of those, the ones already woken and not yet back at the queue: not to be woken again.
+    woken: usize,
 }
 
 impl Pool {
@@ -64,6 +66,9 @@ impl Pool {
             q.idle += 1;
             q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
             q.idle -= 1;
+            // (A spurious wake-up may take another's count: the next call then wakes one
+            // reader fewer, and pulls that source itself.)
+            q.woken = q.woken.saturating_sub(1);
         }
     }
 
@@ -95,6 +100,31 @@ struct Slots {
     waiting: bool,
 }
 
+/// Where one job leaves its source. A job dropped without filling it (one that never ran, or
+/// whose thread unwound past it) fills it with `None` as it goes: the caller then reports the
+/// source as failed instead of waiting for it for ever.
+struct Slot {
+    /// `None` once filled.
+    batch: Option<Arc<Batch>>,
+    i: usize,
+}
+
+impl Slot {
+    fn fill(mut self, pulled: Pulled) {
+        if let Some(b) = self.batch.take() {
+            b.put(self.i, pulled);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(b) = self.batch.take() {
+            b.put(self.i, None);
+        }
+    }
+}
+
 impl Batch {
     fn put(&self, i: usize, pulled: Pulled) {
         let mut s = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
@@ -122,6 +152,7 @@ fn pool() -> &'static Pool {
         queue: Mutex::new(Queue {
             jobs: VecDeque::new(),
             idle: 0,
+            woken: 0,
         }),
         ready: Condvar::new(),
         batches: AtomicU64::new(0),
@@ -142,7 +173,9 @@ fn pool() -> &'static Pool {
                     *pool.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
                     pool.started.notify_all();
                     loop {
-                        (pool.take())();
+                        // A job catches its source's panic; this is for anything else, so
+                        // that the thread goes on (the job's slot is filled as it unwinds).
+                        let _ = catch_unwind(AssertUnwindSafe(pool.take()));
                     }
                 })
                 .is_ok();
@@ -191,17 +224,22 @@ pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
     let wake = {
         let mut q = pool.queue.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, mut src) in sources.into_iter().enumerate() {
-            let b = batch.clone();
+            let slot = Slot {
+                batch: Some(batch.clone()),
+                i,
+            };
             let job: Job = Box::new(move || {
-                // A source whose read panics is reported as failed (its slot holds `None`);
-                // the thread goes on.
+                // A source whose read panics is reported as failed (its slot holds `None`).
                 let pulled = catch_unwind(AssertUnwindSafe(move || (src.next(), src))).ok();
-                b.put(i, pulled);
+                slot.fill(pulled);
             });
             q.jobs.push_back((id, job));
         }
-        // This thread pulls sources too, rather than wait idle: a reader woken a job but one.
-        q.idle.min(n - 1)
+        // This thread pulls sources too, rather than wait idle: a reader woken a job but one,
+        // of those idle and not already woken by another call.
+        let wake = (q.idle - q.woken.min(q.idle)).min(n - 1);
+        q.woken += wake;
+        wake
     };
     for _ in 0..wake {
         pool.ready.notify_one();
@@ -282,12 +320,13 @@ mod tests {
         // Every reader busy with a job that waits for this test: a prime call must still come
         // back, its own thread pulling its sources (before, it waited for a reader to be free).
         let pool = pool();
+        let readers = pool.running();
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
         let release_rx = Arc::new(Mutex::new(release_rx));
         {
             let mut q = pool.queue.lock().unwrap();
-            for _ in 0..READERS {
+            for _ in 0..readers {
                 let (started, release) = (started_tx.clone(), release_rx.clone());
                 let job: Job = Box::new(move || {
                     let _ = started.send(());
@@ -296,22 +335,59 @@ mod tests {
                 q.jobs.push_back((u64::MAX, job));
             }
         }
+        drop(started_tx);
         pool.ready.notify_all();
-        for _ in 0..READERS {
+        for _ in 0..readers {
             started_rx.recv().expect("a reader started its job");
         }
-        let got: Vec<Vec<Vec<u8>>> = prime(vec![source(1, 2), source(2, 1), source(3, 3)])
-            .into_iter()
-            .map(|s| s.map(|e| e.unwrap().key.to_vec()).collect())
-            .collect();
-        for _ in 0..READERS {
+        // On a thread of its own, so that a prime call that waits for a reader fails the test
+        // instead of hanging it.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let got: Vec<Vec<Vec<u8>>> = prime(vec![source(1, 2), source(2, 1), source(3, 3)])
+                .into_iter()
+                .map(|s| s.map(|e| e.unwrap().key.to_vec()).collect())
+                .collect();
+            let _ = done_tx.send(got);
+        });
+        let got = done_rx.recv_timeout(std::time::Duration::from_secs(60));
+        for _ in 0..readers {
             release_tx.send(()).expect("release a reader");
         }
         let want: Vec<Vec<Vec<u8>>> = [(1, 2), (2, 1), (3, 3)]
             .iter()
             .map(|&(t, n)| source(t, n).map(|e| e.unwrap().key.to_vec()).collect())
             .collect();
-        assert_eq!(got, want);
+        assert_eq!(got.expect("prime waited for a busy reader"), want);
+    }
+
+    #[test]
+    fn a_job_dropped_unrun_reports_its_source_as_failed() {
+        // Its slot is filled as the job goes, so the caller does not wait for it for ever.
+        let batch = Arc::new(Batch {
+            slots: Mutex::new(Slots {
+                pulled: vec![None, None],
+                left: 2,
+                waiting: false,
+            }),
+            done: Condvar::new(),
+        });
+        let dropped = Slot {
+            batch: Some(batch.clone()),
+            i: 0,
+        };
+        let filled = Slot {
+            batch: Some(batch.clone()),
+            i: 1,
+        };
+        let h = std::thread::spawn(move || {
+            drop(dropped);
+            filled.fill(Some((None, source(1, 0))));
+        });
+        let got = batch.wait();
+        h.join().expect("the thread");
+        assert!(got[0].as_ref().is_some_and(|p| p.is_none()));
+        assert!(got[1].as_ref().is_some_and(|p| p.is_some()));
     }
 
     #[test]
