@@ -95,7 +95,9 @@ struct Batch {
 }
 
 struct Slots {
-    pulled: Vec<Option<Pulled>>,
+    /// Each source as its job left it (`None` until then, or where its pull failed).
+    pulled: Vec<Pulled>,
+    /// Jobs that have not left their source yet.
     left: usize,
     waiting: bool,
 }
@@ -126,16 +128,27 @@ impl Drop for Slot {
 }
 
 impl Batch {
+    fn new(n: usize) -> Batch {
+        Batch {
+            slots: Mutex::new(Slots {
+                pulled: (0..n).map(|_| None).collect(),
+                left: n,
+                waiting: false,
+            }),
+            done: Condvar::new(),
+        }
+    }
+
     fn put(&self, i: usize, pulled: Pulled) {
         let mut s = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        s.pulled[i] = Some(pulled);
+        s.pulled[i] = pulled;
         s.left -= 1;
         if s.left == 0 && s.waiting {
             self.done.notify_one();
         }
     }
 
-    fn wait(&self) -> Vec<Option<Pulled>> {
+    fn wait(&self) -> Vec<Pulled> {
         let mut s = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         while s.left > 0 {
             s.waiting = true;
@@ -200,9 +213,9 @@ pub fn start_pool() {
     pool();
 }
 
-/// The sources with their first entries already read, each read on a reader thread at the same
-/// time as the others'; in order, each yielding exactly what it would have. A source whose reader
-/// could not report back (its read panicked) yields an error instead.
+/// The sources with their first entries already read, on the reader threads and this one at the
+/// same time; in order, each yielding exactly what it would have. A source whose pull did not
+/// report back (its read panicked) yields an error instead.
 pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
     if sources.len() < MIN_SOURCES || ON_READER.with(|r| r.get()) {
         return sources;
@@ -212,14 +225,7 @@ pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
         return sources;
     }
     let n = sources.len();
-    let batch = Arc::new(Batch {
-        slots: Mutex::new(Slots {
-            pulled: (0..n).map(|_| None).collect(),
-            left: n,
-            waiting: false,
-        }),
-        done: Condvar::new(),
-    });
+    let batch = Arc::new(Batch::new(n));
     let id = pool.batches.fetch_add(1, Ordering::Relaxed);
     let wake = {
         let mut q = pool.queue.lock().unwrap_or_else(PoisonError::into_inner);
@@ -237,7 +243,7 @@ pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
         }
         // This thread pulls sources too, rather than wait idle: a reader woken a job but one,
         // of those idle and not already woken by another call.
-        let wake = (q.idle - q.woken.min(q.idle)).min(n - 1);
+        let wake = q.idle.saturating_sub(q.woken).min(n - 1);
         q.woken += wake;
         wake
     };
@@ -250,11 +256,11 @@ pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
     batch
         .wait()
         .into_iter()
-        .map(|s| match s.flatten() {
+        .map(|s| match s {
             Some((first, src)) => Box::new(first.into_iter().chain(src)) as EntryIter,
             None => Box::new(std::iter::once(Err(Error::io(
                 "reading a scan's first entries",
-                std::io::Error::other("a reader thread did not report back"),
+                std::io::Error::other("a source's first read did not report back"),
             )))),
         })
         .collect()
@@ -364,14 +370,7 @@ mod tests {
     #[test]
     fn a_job_dropped_unrun_reports_its_source_as_failed() {
         // Its slot is filled as the job goes, so the caller does not wait for it for ever.
-        let batch = Arc::new(Batch {
-            slots: Mutex::new(Slots {
-                pulled: vec![None, None],
-                left: 2,
-                waiting: false,
-            }),
-            done: Condvar::new(),
-        });
+        let batch = Arc::new(Batch::new(2));
         let dropped = Slot {
             batch: Some(batch.clone()),
             i: 0,
@@ -386,8 +385,8 @@ mod tests {
         });
         let got = batch.wait();
         h.join().expect("the thread");
-        assert!(got[0].as_ref().is_some_and(|p| p.is_none()));
-        assert!(got[1].as_ref().is_some_and(|p| p.is_some()));
+        assert!(got[0].is_none());
+        assert!(got[1].is_some());
     }
 
     #[test]
