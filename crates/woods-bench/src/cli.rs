@@ -150,7 +150,8 @@ woods:nbtree-sC for C in 1, 2, 4, 8: nbtree with σ = C memtables, and woods:iam
 woods:fdtree-d-k10: fdtree with its capacity ratio k fixed at 10 (lsm's) instead of the cost \
 model's, and woods:stbe-bB for B in 4, 6, 8, 12: stbe flushing a child (trigger T2) and compacting \
 a leaf whole past B branches instead of 3F = 24, and woods:stbe-fB for B in 4, 8: the flush \
-alone; any of them followed by +whole, \
+alone, and woods:stbe-sK for K in 0, 64: stbe with scan-driven compaction credited K KiB a branch \
+a scan reads (16 by default; 0 off); any of them followed by +whole, \
 e.g. woods:lsm+whole: Options::split_entries off, every run entry whole in one page), and with \
 the `peers` cargo feature \
 rocksdb (Debian's librocksdb 7.8.3), leveldb (Debian's libleveldb 1.23, C API), lmdb (heed), \

@@ -210,7 +210,18 @@ pub struct StbeParams {
     /// Pages per allocation chunk while writing a branch (dissertation: 32 pages; 64 = 256 KiB
     /// matches the substrate's read-ahead window). In 1..=1024.
     pub extent_pages: u32,
+    /// Scan-driven compaction, an extension of the paper (docs/stbe.md, *Scan-driven
+    /// compaction*): every branch past the first that a range scan reads in a leaf's range
+    /// credits the leaf with this many bytes of compaction; once a leaf's credit reaches the
+    /// data a compaction of its path would rewrite, the branches live for it are flushed down
+    /// the path and the leaf is compacted whole, so that later scans there read one branch.
+    /// The default, 16 KiB, is LevelDB's rate for seek-triggered compaction (one wasted read is
+    /// worth about 16 KiB compacted). 0: off. At most 1 GiB.
+    pub scan_credit_bytes: u64,
 }
+
+/// [`StbeParams::scan_credit_bytes`]'s default.
+pub const DEFAULT_SCAN_CREDIT_BYTES: u64 = 16 << 10;
 
 impl Default for StbeParams {
     fn default() -> Self {
@@ -225,6 +236,7 @@ impl Default for StbeParams {
             dead_percent: 50,
             filter_remainder_bits: 8,
             extent_pages: 64,
+            scan_credit_bytes: DEFAULT_SCAN_CREDIT_BYTES,
         }
     }
 }
@@ -313,6 +325,12 @@ impl StbeParams {
         }
         if self.leaf_bytes != 0 && self.leaf_bytes < 16 << 10 {
             return bad("leaf_bytes below 16 KiB".into());
+        }
+        if self.scan_credit_bytes > 1 << 30 {
+            return bad(format!(
+                "scan_credit_bytes {} above 1 GiB",
+                self.scan_credit_bytes
+            ));
         }
         Ok(())
     }
@@ -801,8 +819,11 @@ impl IndexKind {
                 codec::put_u64(out, p.expected_entries);
                 codec::put_u32(out, p.search_percent);
             }
+            // Tag 8 is the layout from before `scan_credit_bytes` (a database written then reads
+            // back with the default credit); tag 13 adds it.
             IndexKind::Stbe(p) => {
-                out.push(8);
+                let credit = p.scan_credit_bytes != DEFAULT_SCAN_CREDIT_BYTES;
+                out.push(if credit { 13 } else { 8 });
                 for v in [p.fanout, p.fanout_slack, p.max_branches, p.flush_branches] {
                     codec::put_u32(out, v);
                 }
@@ -815,6 +836,9 @@ impl IndexKind {
                     p.extent_pages,
                 ] {
                     codec::put_u32(out, v);
+                }
+                if credit {
+                    codec::put_u64(out, p.scan_credit_bytes);
                 }
             }
             IndexKind::Lsa(p) => {
@@ -896,7 +920,7 @@ impl IndexKind {
                 expected_entries: r.u64()?,
                 search_percent: r.u32()?,
             })),
-            8 => Ok(IndexKind::Stbe(StbeParams {
+            tag @ (8 | 13) => Ok(IndexKind::Stbe(StbeParams {
                 fanout: r.u32()?,
                 fanout_slack: r.u32()?,
                 max_branches: r.u32()?,
@@ -907,6 +931,11 @@ impl IndexKind {
                 dead_percent: r.u32()?,
                 filter_remainder_bits: r.u32()?,
                 extent_pages: r.u32()?,
+                scan_credit_bytes: if tag == 13 {
+                    r.u64()?
+                } else {
+                    DEFAULT_SCAN_CREDIT_BYTES
+                },
             })),
             6 => Ok(IndexKind::Lsa(IamParams::decode(r)?)),
             7 => Ok(IndexKind::Iam(IamParams::decode(r)?)),
@@ -1153,5 +1182,38 @@ impl PersistedConfig {
             comparator,
             merge_operator,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(kind: &IndexKind) -> (u8, IndexKind) {
+        let mut out = Vec::new();
+        kind.encode(&mut out);
+        let back = IndexKind::decode(&mut Reader::new(&out, "test")).expect("decode");
+        (out[0], back)
+    }
+
+    #[test]
+    fn stbe_scan_credit_is_persisted_only_when_not_the_default() {
+        // The default keeps the layout databases were written with before the field (tag 8),
+        // which read back with the default credit.
+        let default = IndexKind::Stbe(StbeParams::default());
+        assert_eq!(round_trip(&default), (8, default.clone()));
+        for credit in [0, 64 << 10] {
+            let k = IndexKind::Stbe(StbeParams {
+                scan_credit_bytes: credit,
+                ..StbeParams::default()
+            });
+            assert_eq!(round_trip(&k), (13, k.clone()));
+            assert_ne!(k, default);
+        }
+        let too_much = StbeParams {
+            scan_credit_bytes: (1 << 30) + 1,
+            ..StbeParams::default()
+        };
+        assert!(matches!(too_much.validate(), Err(Error::InvalidOption(_))));
     }
 }

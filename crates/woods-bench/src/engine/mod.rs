@@ -221,7 +221,7 @@ pub const WHOLE_SUFFIX: &str = "+whole";
 
 /// woods engines with other parameters than their kind's defaults, known by name but not run
 /// by default.
-pub const WOODS_VARIANTS: [&str; 22] = [
+pub const WOODS_VARIANTS: [&str; 24] = [
     "woods:pbt-nomerge",
     "woods:btree-buffered:fullest-leaf",
     "woods:btree-buffered:random-ball",
@@ -244,6 +244,8 @@ pub const WOODS_VARIANTS: [&str; 22] = [
     "woods:stbe-b12",
     "woods:stbe-f4",
     "woods:stbe-f8",
+    "woods:stbe-s0",
+    "woods:stbe-s64",
 ];
 
 /// Every engine name this build knows, woods index kinds first.

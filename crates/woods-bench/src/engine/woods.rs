@@ -51,6 +51,17 @@ fn variant(kind: &str) -> Option<IndexKind> {
             }));
         }
     }
+    // `stbe-sK`: scan-driven compaction credited K KiB a branch read (`StbeParams::
+    // scan_credit_bytes`; 16 by default, 0 off), for comparing it in one run (issue 24 item 3).
+    if let Some(k) = kind
+        .strip_prefix("stbe-s")
+        .and_then(|k| k.parse::<u64>().ok())
+    {
+        return Some(IndexKind::Stbe(woods::StbeParams {
+            scan_credit_bytes: k << 10,
+            ..Default::default()
+        }));
+    }
     // `fdtree-kK`, `fdtree-d-kK`: the capacity ratio k fixed (`FdTreeParams::ratio`) instead
     // of the cost model's, for the paper's comparison at one tuning (its LSM-tree shares the
     // FD-tree's k; `fdtree-k10` takes the `lsm` kind's ratio).

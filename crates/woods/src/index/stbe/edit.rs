@@ -693,6 +693,41 @@ impl<'a> Editor<'a> {
             .push((ids[0], ids[1], x.children[a].node.lo.clone()));
     }
 
+    /// Scan-driven compaction ([`super::scan`]): flushes every branch live for the leaf holding
+    /// `key` into the child on the way to it, node by node from the root (each flush the
+    /// ordinary one, its batch compacted where it lands and the child reshaped as the policy
+    /// says), then, with `whole`, schedules the leaf's whole compaction, which takes the batch
+    /// that reached it too; the cascade then runs as after an install. A child that cannot take a flush now
+    /// (full, or frozen for a merge) ends the walk there.
+    pub fn compact_path(&mut self, root: &mut Arc<Node>, key: &[u8], whole: bool) {
+        let mut received = HashSet::new();
+        self.flush_path(Arc::make_mut(root), key, whole, &mut received);
+        self.settle_root(root, Some(key));
+    }
+
+    fn flush_path(&mut self, x: &mut Node, key: &[u8], whole: bool, received: &mut HashSet<u64>) {
+        if x.is_leaf() {
+            return;
+        }
+        let i = x.child_for(key);
+        if x.live_for(i).next().is_some() && !self.flush(x, i, received, true) {
+            return;
+        }
+        // The flush may have split the child.
+        let i = x.child_for(key);
+        if x.children[i].node.is_leaf() {
+            let leaf = &x.children[i].node;
+            let listed = self.out.full.iter().any(|(id, _)| *id == leaf.id);
+            if whole && leaf.branches.len() > 1 && !listed && !self.claims.holds(leaf.id) {
+                self.out.full.push((leaf.id, leaf.lo.clone()));
+            }
+        } else {
+            let child = Arc::make_mut(&mut x.children[i].node);
+            self.flush_path(child, key, whole, received);
+        }
+        x.drop_dead_prefix();
+    }
+
     /// Finds, below `root`, the nodes at `height` within `[lo, hi)` that hold references of
     /// pending batch `batch`; returns their lower bounds.
     pub fn batch_holders(

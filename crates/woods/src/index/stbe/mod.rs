@@ -31,6 +31,7 @@ pub mod node;
 pub mod policy;
 pub mod read;
 pub mod runs;
+pub mod scan;
 pub mod task;
 
 pub mod check;
@@ -49,6 +50,7 @@ use self::branch::{Branch, Key};
 use self::edit::{Claims, Editor, Effects, Ids};
 use self::node::{Child, Node};
 use self::policy::Limits;
+use self::scan::ScanDebt;
 use self::task::{coalesce, Build, BuildOptions, KeyRanges, Probe, Source};
 use super::committer::{Commits, Committer, DataSync, Durable, Versions, WithCommitter};
 use super::{Index, IndexContext, IndexStats};
@@ -92,6 +94,11 @@ struct Counters {
     splits: AtomicU64,
     root_splits: AtomicU64,
     merges: AtomicU64,
+    /// Leaves scans made due for a path flush and for a whole compaction too ([`scan`]), and
+    /// the edits that acted on them.
+    scan_flushes: AtomicU64,
+    scan_wholes: AtomicU64,
+    scan_edits: AtomicU64,
     /// Tasks dropped before they started: their batch had moved on (flushed further down
     /// before it was compacted) or their leaf was gone.
     skipped: AtomicU64,
@@ -234,6 +241,8 @@ pub struct Shared {
     /// durable, oldest first (only the numbers: a memtable's memory goes with its
     /// publication, [`Index::published_seq`]).
     awaiting: Mutex<VecDeque<u64>>,
+    /// The scans' charges against leaves (scan-driven compaction).
+    scan: Arc<ScanDebt>,
     committer: Committer,
     counters: Counters,
     /// Tests: every branch written, with what wrote it and its size sample (to tell which
@@ -311,6 +320,7 @@ impl Stbe {
             _version: version.clone(),
             branches: branch_set(&root),
         };
+        let scan = Arc::new(ScanDebt::new(params.scan_credit_bytes));
         let index = Shared {
             ctx,
             params,
@@ -338,6 +348,7 @@ impl Stbe {
             root_blocked: AtomicBool::new(false),
             obligation: AtomicU64::new(0),
             awaiting: Mutex::new(VecDeque::new()),
+            scan,
             committer: Committer::default(),
             counters: Counters::default(),
             #[cfg(test)]
@@ -1253,7 +1264,7 @@ impl Index for Stbe {
     fn background_work(&self) -> bool {
         let queued = !self.queue.lock().is_empty() || !self.awaiting.lock().is_empty();
         let tasks = !self.state.lock().tasks.is_empty();
-        queued || tasks || self.dirty()
+        queued || tasks || self.scan.is_due() || self.dirty()
     }
 
     /// Builds queued memtables first (they are the debt), then steps compactions, up to
@@ -1290,6 +1301,7 @@ impl Index for Stbe {
             lo,
             hi,
             reverse,
+            Some(self.scan.clone()),
         ))])
     }
 
@@ -1324,12 +1336,50 @@ impl Shared {
         queued.saturating_add(blocking)
     }
 
+    /// Scan-driven compaction ([`scan`]): the paths of the leaves that scans made due are
+    /// flushed down and their leaves scheduled for whole compaction (one edit; the compactions
+    /// run as tasks).
+    fn compact_scanned_paths(&self) {
+        let due = self.scan.take_due();
+        if due.is_empty() {
+            return;
+        }
+        let c = &self.counters;
+        let wholes = due.iter().filter(|d| d.whole).count() as u64;
+        c.scan_wholes.fetch_add(wholes, Ordering::Relaxed);
+        c.scan_flushes
+            .fetch_add(due.len() as u64 - wholes, Ordering::Relaxed);
+        let mut st = self.state.lock();
+        let t = std::time::Instant::now();
+        let mut root = st.root.clone();
+        let mut ids = st.ids;
+        let mut claims = std::mem::take(&mut st.claims);
+        let mut ed = Editor::new(&self.limits, &mut ids, &mut claims);
+        for d in &due {
+            ed.compact_path(&mut root, &d.lo, d.whole);
+        }
+        let fx = std::mem::take(&mut ed.out);
+        st.claims = claims;
+        if fx.changed() {
+            st.ids = ids;
+            st.root = root;
+            c.scan_edits.fetch_add(1, Ordering::Relaxed);
+            self.apply_effects(&mut st, fx);
+            self.publish(&mut st);
+        } else if !fx.full.is_empty() {
+            c.scan_edits.fetch_add(1, Ordering::Relaxed);
+            self.apply_effects(&mut st, fx);
+        }
+        note_max(&self.counters.max_edit_us, t);
+    }
+
     /// [`Index::work`] without the timing.
     fn work_inner(&self, budget: u64) -> Result<u64> {
         self.commit_error()?;
         // A step smaller than this would cost more in setup than it does; the Db's own steps
         // are at least this large.
         let budget = budget.max(MIN_STEP_UNITS);
+        self.compact_scanned_paths();
         let mut done = 0u64;
         while done < budget {
             let n = self.step_incorporation(budget - done)?;
@@ -1384,6 +1434,9 @@ impl Shared {
             ("splits", &c.splits),
             ("root_splits", &c.root_splits),
             ("merges", &c.merges),
+            ("scan_flushes", &c.scan_flushes),
+            ("scan_wholes", &c.scan_wholes),
+            ("scan_edits", &c.scan_edits),
             ("skipped", &c.skipped),
             ("discarded", &c.discarded),
             ("commits", &c.commits),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::branch::Branch;
 use super::node::{BranchRef, Node};
+use super::scan::ScanDebt;
 use super::Version;
 use crate::entry::{Entry, Kind};
 use crate::error::Result;
@@ -143,6 +144,8 @@ pub struct StbeIter {
     /// Forward: the lower bound of what is left; reverse: the upper bound.
     next: Option<Bound<Vec<u8>>>,
     current: Option<MergeIter>,
+    /// Where the branches each leaf's scan reads are charged (scan-driven compaction).
+    debt: Option<Arc<ScanDebt>>,
 }
 
 impl StbeIter {
@@ -151,6 +154,7 @@ impl StbeIter {
         lo: Bound<Vec<u8>>,
         hi: Bound<Vec<u8>>,
         reverse: bool,
+        debt: Option<Arc<ScanDebt>>,
     ) -> StbeIter {
         let next = Some(if reverse { hi.clone() } else { lo.clone() });
         StbeIter {
@@ -160,6 +164,7 @@ impl StbeIter {
             reverse,
             next,
             current: None,
+            debt: debt.filter(|d| d.enabled()),
         }
     }
 
@@ -260,7 +265,7 @@ impl StbeIter {
         };
         let mut sources: Vec<EntryIter> = Vec::new();
         let mut failed = None;
-        for refs in path {
+        for refs in &path {
             for r in refs.iter().filter(in_range) {
                 match r.branch.run() {
                     Ok(run) => sources.push(Box::new(run.iter(
@@ -276,6 +281,20 @@ impl StbeIter {
         if let Some(e) = failed {
             sources = vec![Box::new(std::iter::once(Err(e)))];
             self.next = None;
+        } else if let Some(debt) = &self.debt {
+            // What a compaction of the path rewrites: these branches' data in the leaf's range,
+            // above the leaf and in it.
+            let (llo, lhi) = (&node.lo, node.hi());
+            let units = |refs: &[&[BranchRef]]| -> u64 {
+                refs.iter()
+                    .flat_map(|refs| refs.iter().filter(in_range))
+                    .map(|r| r.branch.units_between(llo, lhi))
+                    .sum()
+            };
+            debt.charge(node.id, &node.lo, sources.len(), || {
+                let (above, own) = path.split_at(path.len() - 1);
+                (units(above), units(own))
+            });
         }
         // The branches' first pages are read at once, not one after another.
         self.current = Some(MergeIter::new(crate::merge::prime(sources), self.reverse));
