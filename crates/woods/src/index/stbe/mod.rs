@@ -320,7 +320,10 @@ impl Stbe {
             _version: version.clone(),
             branches: branch_set(&root),
         };
-        let scan = Arc::new(ScanDebt::new(params.scan_credit_bytes));
+        let scan = Arc::new(ScanDebt::new(
+            params.scan_credit_bytes,
+            limits.memtable_units,
+        ));
         let index = Shared {
             ctx,
             params,

@@ -265,8 +265,12 @@ impl StbeIter {
         };
         let mut sources: Vec<EntryIter> = Vec::new();
         let mut failed = None;
+        // Branches large enough to be charged to the leaf (scan-driven compaction).
+        let mut charged = 0;
+        let small = self.debt.as_ref().map_or(u64::MAX, |d| d.small_units());
         for refs in &path {
             for r in refs.iter().filter(in_range) {
+                charged += usize::from(r.branch.units() >= small);
                 match r.branch.run() {
                     Ok(run) => sources.push(Box::new(run.iter(
                         lo_b.clone(),
@@ -283,15 +287,17 @@ impl StbeIter {
             self.next = None;
         } else if let Some(debt) = &self.debt {
             // What a compaction of the path rewrites: these branches' data in the leaf's range,
-            // above the leaf and in it.
+            // above the leaf and in it. From their samples, loaded if need be (a branch known
+            // from the trunk metadata reads its sample from its index once; without it, the
+            // estimate would be the whole branch, several times the leaf's share).
             let (llo, lhi) = (&node.lo, node.hi());
             let units = |refs: &[&[BranchRef]]| -> u64 {
                 refs.iter()
                     .flat_map(|refs| refs.iter().filter(in_range))
-                    .map(|r| r.branch.units_between(llo, lhi))
+                    .map(|r| r.branch.sample().between(llo, lhi))
                     .sum()
             };
-            debt.charge(node.id, &node.lo, sources.len(), || {
+            debt.charge(node.id, &node.lo, charged, || {
                 let (above, own) = path.split_at(path.len() - 1);
                 (units(above), units(own))
             });

@@ -3,8 +3,8 @@
 //! A range scan reads the first page of every branch on its root-to-leaf path that holds keys
 //! in its range: size tiering leaves up to `3F` of them live for one child at each height, and
 //! a scan of a few dozen keys then reads a dozen pages where one would do (issue 24). Each
-//! branch past the first that a scan reads in a leaf's range is charged to the leaf, each
-//! valued at [`StbeParams::scan_credit_bytes`](crate::StbeParams) of compaction. A leaf is
+//! branch past the first that a scan reads in a leaf's range is charged to the leaf (but for
+//! branches of under [`SMALL_BRANCH_UNITS`], whose pages stay cached), each valued at [`StbeParams::scan_credit_bytes`](crate::StbeParams) of compaction. A leaf is
 //! *due* in two stages ([`super::edit::Editor::compact_path`]):
 //!
 //! 1. once its charges reach the units of the branches above it (those the path's nodes hold
@@ -29,6 +29,12 @@ use super::branch::Key;
 /// task, a commit and a manifest record for every scan that reads two branches there.
 pub const MIN_COST_UNITS: u64 = 1 << 20;
 
+/// Branches smaller than this, or than an eighth of a memtable, are not charged: every scan on
+/// their paths reads them, so their few pages stay in the cache, and a leaf is not worth
+/// rewriting for them (a memtable flushed with a thousand entries put a branch of a few pages
+/// on every path, and every leaf was compacted whole for it).
+pub const SMALL_BRANCH_UNITS: u64 = 1 << 20;
+
 /// Leaves with a running account; past it every account is dropped (memory stays bounded; a
 /// trunk has this many leaves only past some ten million memtables of data).
 const MAX_ACCOUNTS: usize = 1 << 16;
@@ -37,6 +43,8 @@ const MAX_ACCOUNTS: usize = 1 << 16;
 pub struct ScanDebt {
     /// Units of compaction one extra branch read is worth (0: off).
     credit: u64,
+    /// Branches of fewer units are not charged.
+    small: u64,
     inner: Mutex<Inner>,
     /// Some leaf is due (read without the lock by `background_work`).
     due: AtomicBool,
@@ -69,9 +77,11 @@ struct Account {
 }
 
 impl ScanDebt {
-    pub fn new(credit: u64) -> ScanDebt {
+    /// The debt of a tree with memtables of `memtable_units`.
+    pub fn new(credit: u64, memtable_units: u64) -> ScanDebt {
         ScanDebt {
             credit,
+            small: (memtable_units / 8).min(SMALL_BRANCH_UNITS),
             inner: Mutex::new(Inner::default()),
             due: AtomicBool::new(false),
         }
@@ -81,7 +91,13 @@ impl ScanDebt {
         self.credit > 0
     }
 
-    /// A scan read `branches` branches in the range of leaf `leaf` (lower bound `lo`); `units`
+    /// Branches of fewer units are not charged.
+    pub fn small_units(&self) -> u64 {
+        self.small
+    }
+
+    /// A scan read `branches` branches of at least [`ScanDebt::small_units`] (and any number
+    /// of smaller ones) in the range of leaf `leaf` (lower bound `lo`); `units`
     /// estimates the units of those above the leaf and of the leaf's own, in its range (asked
     /// only when the leaf's account opens). Returns the stage this made the leaf due for.
     pub fn charge(
@@ -157,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_leaf_is_due_for_the_flush_then_for_its_whole_compaction() {
-        let d = ScanDebt::new(16 << 10);
+        let d = ScanDebt::new(16 << 10, 64 << 20);
         let lo = key(b"m");
         // 2 MiB above the leaf, 4 MiB in it: the flush after 128 extra reads at 16 KiB each,
         // 13 scans of 11 branches (10 extra each).
@@ -191,7 +207,7 @@ mod tests {
 
     #[test]
     fn small_leaves_cost_at_least_the_floor_and_off_charges_nothing() {
-        let d = ScanDebt::new(16 << 10);
+        let d = ScanDebt::new(16 << 10, 64 << 20);
         let lo = key(b"");
         let reads = MIN_COST_UNITS / (16 << 10);
         for _ in 1..reads {
@@ -209,7 +225,7 @@ mod tests {
                 whole: true
             }]
         );
-        let off = ScanDebt::new(0);
+        let off = ScanDebt::new(0, 64 << 20);
         assert!(!off.enabled());
         for _ in 0..10_000 {
             assert_eq!(off.charge(1, &lo, 50, || (0, 0)), None);
