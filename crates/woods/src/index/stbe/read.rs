@@ -146,6 +146,9 @@ pub struct StbeIter {
     current: Option<MergeIter>,
     /// Where the branches each leaf's scan reads are charged (scan-driven compaction).
     debt: Option<Arc<ScanDebt>>,
+    /// Branches of fewer units are small: not charged, and their first pages (which stay
+    /// cached) read in place rather than by the reader threads.
+    small: u64,
 }
 
 impl StbeIter {
@@ -164,6 +167,7 @@ impl StbeIter {
             reverse,
             next,
             current: None,
+            small: debt.as_ref().map_or(u64::MAX, |d| d.small_units()),
             debt: debt.filter(|d| d.enabled()),
         }
     }
@@ -265,12 +269,11 @@ impl StbeIter {
         };
         let mut sources: Vec<EntryIter> = Vec::new();
         let mut failed = None;
-        // Branches large enough to be charged to the leaf (scan-driven compaction).
-        let mut charged = 0;
-        let small = self.debt.as_ref().map_or(u64::MAX, |d| d.small_units());
+        // Which branches are large: charged to the leaf (scan-driven compaction), and primed.
+        let mut large: Vec<bool> = Vec::new();
         for refs in &path {
             for r in refs.iter().filter(in_range) {
-                charged += usize::from(r.branch.units() >= small);
+                large.push(r.branch.units() >= self.small);
                 match r.branch.run() {
                     Ok(run) => sources.push(Box::new(run.iter(
                         lo_b.clone(),
@@ -297,15 +300,44 @@ impl StbeIter {
                     .map(|r| r.branch.sample().between(llo, lhi))
                     .sum()
             };
+            let charged = large.iter().filter(|&&l| l).count();
             debt.charge(node.id, &node.lo, charged, || {
                 let (above, own) = path.split_at(path.len() - 1);
                 (units(above), units(own))
             });
         }
-        // The branches' first pages are read at once, not one after another.
-        self.current = Some(MergeIter::new(crate::merge::prime(sources), self.reverse));
+        // The large branches' first pages are read at once, not one after another; the small
+        // ones' (cached, as every scan on their paths reads them) are read in place as the
+        // merge starts, so that a path of one large branch and a few small ones hands nothing
+        // to the reader threads.
+        let sources = prime_large(sources, &large);
+        self.current = Some(MergeIter::new(sources, self.reverse));
         true
     }
+}
+
+/// `sources` in order, those flagged in `large` primed ([`crate::merge::prime`]).
+fn prime_large(sources: Vec<EntryIter>, large: &[bool]) -> Vec<EntryIter> {
+    if sources.len() != large.len() {
+        // The error source of a failed open: nothing to prime.
+        return sources;
+    }
+    let (mut big, mut rest) = (Vec::new(), Vec::new());
+    for (s, &l) in sources.into_iter().zip(large) {
+        if l {
+            big.push(s);
+        } else {
+            rest.push(s);
+        }
+    }
+    if rest.is_empty() {
+        return crate::merge::prime(big);
+    }
+    let (mut big, mut rest) = (crate::merge::prime(big).into_iter(), rest.into_iter());
+    large
+        .iter()
+        .filter_map(|&l| if l { big.next() } else { rest.next() })
+        .collect()
 }
 
 impl Iterator for StbeIter {
@@ -326,6 +358,42 @@ impl Iterator for StbeIter {
             if !self.open_next() {
                 return None;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(tag: u8, n: u8) -> EntryIter {
+        Box::new((0..n).map(move |i| Ok(Entry::new(&[tag, i], u64::from(i), Kind::Put, &[tag]))))
+    }
+
+    #[test]
+    fn primed_and_unprimed_sources_keep_their_order_and_entries() {
+        let counts = [3u8, 0, 5, 1, 4, 2, 6];
+        for large in [
+            vec![true; 7],
+            vec![false; 7],
+            vec![true, false, true, true, false, true, false],
+            vec![false, true, false, false, true, false, true],
+        ] {
+            let sources = counts
+                .iter()
+                .enumerate()
+                .map(|(t, &n)| source(t as u8, n))
+                .collect();
+            let got: Vec<Vec<Vec<u8>>> = prime_large(sources, &large)
+                .into_iter()
+                .map(|s| s.map(|e| e.expect("entry").key.to_vec()).collect())
+                .collect();
+            let want: Vec<Vec<Vec<u8>>> = counts
+                .iter()
+                .enumerate()
+                .map(|(t, &n)| (0..n).map(|i| vec![t as u8, i]).collect())
+                .collect();
+            assert_eq!(got, want, "flags {large:?}");
         }
     }
 }
