@@ -210,11 +210,12 @@ pub struct StbeParams {
     /// Pages per allocation chunk while writing a branch (dissertation: 32 pages; 64 = 256 KiB
     /// matches the substrate's read-ahead window). In 1..=1024.
     pub extent_pages: u32,
-    /// Scan-driven compaction, an extension of the paper (docs/stbe.md, *Scan-driven
+    /// Scan-driven compaction, an extension of the paper (docs/engine.md, `stbe`, *Scan-driven
     /// compaction*): every branch past the first that a range scan reads in a leaf's range
-    /// credits the leaf with this many bytes of compaction; once a leaf's credit reaches the
-    /// data a compaction of its path would rewrite, the branches live for it are flushed down
-    /// the path and the leaf is compacted whole, so that later scans there read one branch.
+    /// (branches under an eighth of a memtable, at most 1 MiB, aside) credits the leaf with
+    /// this many bytes of compaction. Once a leaf's credit reaches the data of the branches
+    /// above it, those are flushed down its path; once it reaches the data of every branch
+    /// read there, the leaf is compacted whole too, so that later scans there read one branch.
     /// The default, 16 KiB, is LevelDB's rate for seek-triggered compaction (one wasted read is
     /// worth about 16 KiB compacted). 0: off. At most 1 GiB.
     pub scan_credit_bytes: u64,

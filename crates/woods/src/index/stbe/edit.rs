@@ -697,8 +697,9 @@ impl<'a> Editor<'a> {
     /// `key` into the child on the way to it, node by node from the root (each flush the
     /// ordinary one, its batch compacted where it lands and the child reshaped as the policy
     /// says), then, with `whole`, schedules the leaf's whole compaction, which takes the batch
-    /// that reached it too; the cascade then runs as after an install. A child that cannot take a flush now
-    /// (full, or frozen for a merge) ends the walk there.
+    /// that reached it too; the cascade then runs as after an install. A child that cannot
+    /// take a flush now (full, or frozen for a merge) ends the walk there. A leaf listed twice
+    /// is scheduled once (`Shared::apply_effects`).
     pub fn compact_path(&mut self, root: &mut Arc<Node>, key: &[u8], whole: bool) {
         let mut received = HashSet::new();
         self.flush_path(Arc::make_mut(root), key, whole, &mut received);
@@ -717,8 +718,7 @@ impl<'a> Editor<'a> {
         let i = x.child_for(key);
         if x.children[i].node.is_leaf() {
             let leaf = &x.children[i].node;
-            let listed = self.out.full.iter().any(|(id, _)| *id == leaf.id);
-            if whole && leaf.branches.len() > 1 && !listed && !self.claims.holds(leaf.id) {
+            if whole && leaf.branches.len() > 1 && !self.claims.holds(leaf.id) {
                 self.out.full.push((leaf.id, leaf.lo.clone()));
             }
         } else {

@@ -465,6 +465,32 @@ impl Shared {
         Branch::new(id, run, sample, self.ctx.store.clone())
     }
 
+    /// Runs `f` as one edit of a copy of the trunk, with the state's claims (kept whatever
+    /// `f` does): returns what `f` returned, the edit's effects, and the edited root and ids,
+    /// which the caller [adopts](Shared::adopt) or drops.
+    fn edit<T>(
+        &self,
+        st: &mut State,
+        f: impl FnOnce(&mut Editor, &mut Arc<Node>) -> T,
+    ) -> (T, Effects, Arc<Node>, Ids) {
+        let mut root = st.root.clone();
+        let mut ids = st.ids;
+        let mut claims = std::mem::take(&mut st.claims);
+        let mut ed = Editor::new(&self.limits, &mut ids, &mut claims);
+        let r = f(&mut ed, &mut root);
+        let fx = std::mem::take(&mut ed.out);
+        st.claims = claims;
+        (r, fx, root, ids)
+    }
+
+    /// Makes an edit's root and ids the state's, turns its effects into tasks, and publishes.
+    fn adopt(&self, st: &mut State, fx: Effects, root: Arc<Node>, ids: Ids) {
+        st.ids = ids;
+        st.root = root;
+        self.apply_effects(st, fx);
+        self.publish(st);
+    }
+
     /// Publishes the state's trunk as the current version.
     fn publish(&self, st: &mut State) {
         st.gen += 1;
@@ -660,43 +686,27 @@ impl Shared {
             if need > 0 && !Editor::root_has_room(&st.root, &self.limits, need) {
                 // Room comes when compactions below let the root flush.
                 self.root_blocked.store(true, Ordering::Relaxed);
-                let mut root = st.root.clone();
-                let mut ids = st.ids;
-                let mut claims = std::mem::take(&mut st.claims);
-                let mut ed = Editor::new(&self.limits, &mut ids, &mut claims);
-                ed.settle_root(&mut root, None);
-                let fx = std::mem::take(&mut ed.out);
-                st.claims = claims;
+                let ((), fx, root, ids) = self.edit(&mut st, |ed, root| ed.settle_root(root, None));
                 if fx.changed() {
-                    st.ids = ids;
-                    st.root = root;
-                    self.apply_effects(&mut st, fx);
-                    self.publish(&mut st);
+                    self.adopt(&mut st, fx, root, ids);
                 }
                 if !Editor::root_has_room(&st.root, &self.limits, need) {
                     return Ok(done);
                 }
             }
             self.root_blocked.store(false, Ordering::Relaxed);
-            let mut root = st.root.clone();
-            let mut ids = st.ids;
-            let mut claims = std::mem::take(&mut st.claims);
-            let mut ed = Editor::new(&self.limits, &mut ids, &mut claims);
             self.counters
                 .pieces
                 .fetch_add(need as u64, Ordering::Relaxed);
-            if need > 0 {
-                ed.incorporate(&mut root, built);
-            } else {
-                ed.settle_root(&mut root, None);
-            }
-            let fx = std::mem::take(&mut ed.out);
-            st.claims = claims;
-            st.ids = ids;
-            st.root = root;
+            let ((), fx, root, ids) = self.edit(&mut st, |ed, root| {
+                if need > 0 {
+                    ed.incorporate(root, built);
+                } else {
+                    ed.settle_root(root, None);
+                }
+            });
             st.incorporated = st.incorporated.max(inc.mem.max_seq());
-            self.apply_effects(&mut st, fx);
-            self.publish(&mut st);
+            self.adopt(&mut st, fx, root, ids);
             note_max(&self.counters.max_edit_us, t);
         }
         // Still holding the build slot: a thread that takes it next must not find this
@@ -1072,66 +1082,60 @@ impl Shared {
         share: f64,
     ) -> bool {
         let t = std::time::Instant::now();
-        let mut root = st.root.clone();
-        let mut ids = st.ids;
-        let mut claims = std::mem::take(&mut st.claims);
-        let mut ed = Editor::new(&self.limits, &mut ids, &mut claims);
-        let (ok, focus, counter) = match install {
-            Install::Batch {
-                batch,
-                height,
-                lo,
-                hi,
-                inputs,
-            } => {
-                let keys = ed.install_batch(
-                    &mut root,
+        let (ok, fx, root, ids) = self.edit(st, |ed, root| {
+            let (ok, focus, counter) = match install {
+                Install::Batch {
                     batch,
                     height,
-                    &lo,
-                    hi.as_deref(),
-                    &inputs,
-                    output,
-                    share,
-                );
-                (!keys.is_empty(), keys, &self.counters.compactions)
-            }
-            Install::Full { leaf, lo, prefix } => {
-                let ok = Editor::install_full(&mut root, leaf, &lo, &prefix, output);
-                ed.claims.full.remove(&leaf);
-                (ok, vec![lo], &self.counters.full_compactions)
-            }
-            Install::Merge {
-                left,
-                right,
-                lo,
-                left_refs,
-                right_refs,
-            } => {
-                let ok =
-                    ed.install_merge(&mut root, left, right, &lo, &left_refs, &right_refs, output);
-                ed.claims.frozen.remove(&left);
-                ed.claims.frozen.remove(&right);
-                if ok {
-                    ed.out.merges_done += 1;
+                    lo,
+                    hi,
+                    inputs,
+                } => {
+                    let keys = ed.install_batch(
+                        root,
+                        batch,
+                        height,
+                        &lo,
+                        hi.as_deref(),
+                        &inputs,
+                        output,
+                        share,
+                    );
+                    (!keys.is_empty(), keys, &self.counters.compactions)
                 }
-                (ok, vec![lo], &self.counters.merges)
+                Install::Full { leaf, lo, prefix } => {
+                    let ok = Editor::install_full(root, leaf, &lo, &prefix, output);
+                    ed.claims.full.remove(&leaf);
+                    (ok, vec![lo], &self.counters.full_compactions)
+                }
+                Install::Merge {
+                    left,
+                    right,
+                    lo,
+                    left_refs,
+                    right_refs,
+                } => {
+                    let ok =
+                        ed.install_merge(root, left, right, &lo, &left_refs, &right_refs, output);
+                    ed.claims.frozen.remove(&left);
+                    ed.claims.frozen.remove(&right);
+                    if ok {
+                        ed.out.merges_done += 1;
+                    }
+                    (ok, vec![lo], &self.counters.merges)
+                }
+            };
+            if ok {
+                if !std::ptr::eq(counter, &self.counters.merges) {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                for k in &focus {
+                    ed.settle_root(root, Some(k));
+                }
             }
-        };
-        if ok {
-            if !std::ptr::eq(counter, &self.counters.merges) {
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-            for k in &focus {
-                ed.settle_root(&mut root, Some(k));
-            }
-        }
-        let fx = std::mem::take(&mut ed.out);
-        st.claims = claims;
-        st.ids = ids;
-        st.root = root;
-        self.apply_effects(st, fx);
-        self.publish(st);
+            ok
+        });
+        self.adopt(st, fx, root, ids);
         note_max(&self.counters.max_edit_us, t);
         ok
     }
@@ -1354,22 +1358,16 @@ impl Shared {
             .fetch_add(due.len() as u64 - wholes, Ordering::Relaxed);
         let mut st = self.state.lock();
         let t = std::time::Instant::now();
-        let mut root = st.root.clone();
-        let mut ids = st.ids;
-        let mut claims = std::mem::take(&mut st.claims);
-        let mut ed = Editor::new(&self.limits, &mut ids, &mut claims);
-        for d in &due {
-            ed.compact_path(&mut root, &d.lo, d.whole);
-        }
-        let fx = std::mem::take(&mut ed.out);
-        st.claims = claims;
+        let ((), fx, root, ids) = self.edit(&mut st, |ed, root| {
+            for d in &due {
+                ed.compact_path(root, &d.lo, d.whole);
+            }
+        });
         if fx.changed() {
-            st.ids = ids;
-            st.root = root;
             c.scan_edits.fetch_add(1, Ordering::Relaxed);
-            self.apply_effects(&mut st, fx);
-            self.publish(&mut st);
+            self.adopt(&mut st, fx, root, ids);
         } else if !fx.full.is_empty() {
+            // Whole compactions of leaves with nothing above them: no new trunk to publish.
             c.scan_edits.fetch_add(1, Ordering::Relaxed);
             self.apply_effects(&mut st, fx);
         }

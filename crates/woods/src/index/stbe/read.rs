@@ -48,7 +48,7 @@ const PREFETCHED: usize = 64;
 
 /// The branches a lookup of `key` probes, in order: each node from the root down, its branches
 /// live for the path's child whose key range holds `key`, newest first.
-struct OnPath<'a> {
+pub(super) struct OnPath<'a> {
     key: &'a [u8],
     /// The node after the current one (`None` past the leaf).
     next: Option<&'a Node>,
@@ -57,7 +57,7 @@ struct OnPath<'a> {
 }
 
 impl<'a> OnPath<'a> {
-    fn new(root: &'a Node, key: &'a [u8]) -> OnPath<'a> {
+    pub(super) fn new(root: &'a Node, key: &'a [u8]) -> OnPath<'a> {
         OnPath {
             key,
             next: Some(root),
@@ -318,9 +318,12 @@ impl StbeIter {
 
 /// `sources` in order, those flagged in `large` primed ([`crate::merge::prime`]).
 fn prime_large(sources: Vec<EntryIter>, large: &[bool]) -> Vec<EntryIter> {
-    if sources.len() != large.len() {
-        // The error source of a failed open: nothing to prime.
+    if sources.len() != large.len() || !large.contains(&true) {
+        // Nothing to prime (or the error source of a failed open).
         return sources;
+    }
+    if !large.contains(&false) {
+        return crate::merge::prime(sources);
     }
     let (mut big, mut rest) = (Vec::new(), Vec::new());
     for (s, &l) in sources.into_iter().zip(large) {
@@ -329,9 +332,6 @@ fn prime_large(sources: Vec<EntryIter>, large: &[bool]) -> Vec<EntryIter> {
         } else {
             rest.push(s);
         }
-    }
-    if rest.is_empty() {
-        return crate::merge::prime(big);
     }
     let (mut big, mut rest) = (crate::merge::prime(big).into_iter(), rest.into_iter());
     large

@@ -1,11 +1,13 @@
-//! Scan-driven compaction, an extension of the paper (docs/stbe.md, *Scan-driven compaction*).
+//! Scan-driven compaction, an extension of the paper (docs/engine.md, `stbe`, *Scan-driven
+//! compaction*).
 //!
 //! A range scan reads the first page of every branch on its root-to-leaf path that holds keys
 //! in its range: size tiering leaves up to `3F` of them live for one child at each height, and
 //! a scan of a few dozen keys then reads a dozen pages where one would do (issue 24). Each
 //! branch past the first that a scan reads in a leaf's range is charged to the leaf (but for
-//! branches of under [`SMALL_BRANCH_UNITS`], whose pages stay cached), each valued at [`StbeParams::scan_credit_bytes`](crate::StbeParams) of compaction. A leaf is
-//! *due* in two stages ([`super::edit::Editor::compact_path`]):
+//! small ones, [`ScanDebt::small_units`], whose pages stay cached), each valued at
+//! [`StbeParams::scan_credit_bytes`](crate::StbeParams) of compaction. A leaf is *due* in two
+//! stages ([`super::edit::Editor::compact_path`]):
 //!
 //! 1. once its charges reach the units of the branches above it (those the path's nodes hold
 //!    for it, in its range), the next `work` call flushes them down the path: data that would
@@ -14,9 +16,9 @@
 //! 2. once they reach the units of every branch read there, the leaf's own included, the path
 //!    is flushed and the leaf compacted whole, so that a scan there reads one branch.
 //!
-//! The compaction is paid for by the reads it spares, as LevelDB's seek-triggered compaction is
-//! by the seeks; a load that nobody scans never triggers it, so its write amplification is the
-//! paper's.
+//! The compaction is paid for by the reads wasted before it, as LevelDB's seek-triggered
+//! compaction is by the seeks; a load that nobody scans never triggers it, so its write
+//! amplification is the paper's.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1011,29 +1011,6 @@ fn refused_metadata_frees_no_page() {
     );
 }
 
-/// Branches a scan starting at `key` reads in the leaf holding it: those on the root-to-leaf
-/// path live for the path whose key span holds `key`.
-fn branches_on_path(v: &Version, key: &[u8]) -> usize {
-    let holds = |b: &Branch| {
-        let m = b.meta();
-        m.entries > 0 && key >= m.min_key.as_slice() && key <= m.max_key.as_slice()
-    };
-    let mut n: &Node = &v.root;
-    let mut count = 0;
-    loop {
-        if n.is_leaf() {
-            return count + n.branches.iter().filter(|r| holds(&r.branch)).count();
-        }
-        let i = n.child_for(key);
-        let from = n.pos(n.children[i].start);
-        count += n.branches[from..]
-            .iter()
-            .filter(|r| holds(&r.branch))
-            .count();
-        n = &n.children[i].node;
-    }
-}
-
 /// Loads random keys, then runs short forward and reverse scans from random keys with work
 /// between them; returns the mean branches on the scanned paths before and after, the harness
 /// and the keys the scans started from.
@@ -1059,8 +1036,11 @@ fn scan_after_load(seed: u64, credit: u64) -> (f64, f64, Harness, Vec<Vec<u8>>) 
     h.rotate();
     h.drain();
     let probes: Vec<Vec<u8>> = (0..400).map(|_| key(rng.gen_range(0..keys))).collect();
+    // A scan starting at a key reads, in the leaf holding it, the branches a lookup of the key
+    // would probe.
     let mean = |v: &Version| {
-        probes.iter().map(|k| branches_on_path(v, k)).sum::<usize>() as f64 / probes.len() as f64
+        let on_path = |k: &Vec<u8>| read::OnPath::new(&v.root, k).count();
+        probes.iter().map(on_path).sum::<usize>() as f64 / probes.len() as f64
     };
     let before = mean(&h.index.version());
     short_scans(&mut h, &probes, 20);
