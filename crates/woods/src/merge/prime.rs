@@ -1,27 +1,31 @@
 //! Reading the first entry of many sources at once.
 //!
-//! A scan merges sources whose first entry is usually behind a device read (a run's first data
+//! A scan merges sources whose first entry is often behind a device read (a run's first data
 //! page, not in the cache): pulled one after another, as a merge starts, those reads cost a
-//! device latency each. [`prime`] pulls the sources' first entries on a small pool of reader
-//! threads and on the caller's own thread at once, so the reads overlap and a scan of k runs
-//! starts after about one read, as the STBε-tree dissertation's asynchronous lookups intend. The
-//! pool is shared by every database of the process and started on first use.
+//! device latency each. [`prime`] pulls the sources' first entries in order on the caller's
+//! thread; when a pull is about to wait for the device, the sources not yet pulled are handed to
+//! a small pool of reader threads, so that their reads overlap that one and a scan of k runs
+//! starts after about one read, as the STBε-tree dissertation's asynchronous lookups intend.
+//! Sources whose first pages are cached (the newer, smaller runs, usually) cost no hand-off: a
+//! wake-up and a switch of threads each, as much processor time as a scan's merge of fifty
+//! entries. The pool is shared by every database of the process and started on first use.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Once, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 
 use super::EntryIter;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
+use crate::storage::BeforeRead;
 
 /// Reader threads: enough for the reads of one scan's sources to overlap on a device that serves
 /// several requests at once; idle, each waits on the job queue.
 const READERS: usize = 8;
 
-/// Fewer sources than this are pulled in place: overlapping one or two reads does not pay for the
-/// hand-off.
+/// Fewer sources than this are pulled in place, without a batch for the readers: overlapping one
+/// or two reads does not pay for it.
 const MIN_SOURCES: usize = 3;
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -158,25 +162,23 @@ impl Batch {
     }
 }
 
-fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    static SPAWN: Once = Once::new();
-    let pool = POOL.get_or_init(|| Pool {
-        queue: Mutex::new(Queue {
-            jobs: VecDeque::new(),
-            idle: 0,
-            woken: 0,
-        }),
-        ready: Condvar::new(),
-        batches: AtomicU64::new(0),
-        running: Mutex::new(0),
-        started: Condvar::new(),
-    });
-    // Every caller waits here until the threads run: a caller that found the pool made but its
-    // threads not yet started would see none running, and pull its sources in place.
-    SPAWN.call_once(|| {
+impl Pool {
+    /// A pool of `readers` threads (fewer where some cannot be started), running by the time
+    /// this returns. It lives as long as the process.
+    fn start(readers: usize) -> &'static Pool {
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                idle: 0,
+                woken: 0,
+            }),
+            ready: Condvar::new(),
+            batches: AtomicU64::new(0),
+            running: Mutex::new(0),
+            started: Condvar::new(),
+        }));
         let mut spawned = 0;
-        for i in 0..READERS {
+        for i in 0..readers {
             // A pool that cannot start a thread runs with fewer; with none, `prime` pulls its
             // sources in place.
             let ok = std::thread::Builder::new()
@@ -201,8 +203,37 @@ fn pool() -> &'static Pool {
         while *n < spawned {
             n = pool.started.wait(n).unwrap_or_else(PoisonError::into_inner);
         }
-    });
-    pool
+        drop(n);
+        pool
+    }
+}
+
+/// The pool every database of the process shares, started on first use. Every caller waits
+/// until its threads run: a caller that found the pool made but its threads not yet started
+/// would see none running, and pull its sources in place.
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<&'static Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool::start(READERS))
+}
+
+/// What [`prime`] arms on its thread as it pulls a source ([`crate::storage::arm_before_read`]):
+/// when the pull is about to wait for the device, the batch's sources still queued are handed
+/// to idle readers, so that their reads overlap this one.
+impl BeforeRead for Pool {
+    fn before_read(&self, batch: u64) {
+        let wake = {
+            let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            let queued = q.jobs.iter().filter(|(b, _)| *b == batch).count();
+            // A reader woken a job, of those idle and not already woken by another call (a
+            // reader woken for nothing goes back to sleep: a system call and a switch).
+            let wake = q.idle.saturating_sub(q.woken).min(queued);
+            q.woken += wake;
+            wake
+        };
+        for _ in 0..wake {
+            self.ready.notify_one();
+        }
+    }
 }
 
 /// Starts the reader pool now rather than on the first scan that needs it, and returns once its
@@ -213,21 +244,26 @@ pub fn start_pool() {
     pool();
 }
 
-/// The sources with their first entries already read, on the reader threads and this one at the
-/// same time; in order, each yielding exactly what it would have. A source whose pull did not
+/// The sources with their first entries already read, on this thread and, from the first that
+/// must wait for the device, on the reader threads at the same time; in order, each yielding
+/// exactly what it would have. A source whose pull did not
 /// report back (its read panicked) yields an error instead.
 pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
     if sources.len() < MIN_SOURCES || ON_READER.with(|r| r.get()) {
         return sources;
     }
-    let pool = pool();
+    prime_in(pool(), sources)
+}
+
+/// [`prime`] on the readers of `pool`.
+fn prime_in(pool: &'static Pool, sources: Vec<EntryIter>) -> Vec<EntryIter> {
     if pool.running() == 0 {
         return sources;
     }
     let n = sources.len();
     let batch = Arc::new(Batch::new(n));
     let id = pool.batches.fetch_add(1, Ordering::Relaxed);
-    let wake = {
+    {
         let mut q = pool.queue.lock().unwrap_or_else(PoisonError::into_inner);
         for (i, mut src) in sources.into_iter().enumerate() {
             let slot = Slot {
@@ -241,17 +277,15 @@ pub fn prime(sources: Vec<EntryIter>) -> Vec<EntryIter> {
             });
             q.jobs.push_back((id, job));
         }
-        // This thread pulls sources too, rather than wait idle: a reader woken a job but one,
-        // of those idle and not already woken by another call.
-        let wake = q.idle.saturating_sub(q.woken).min(n - 1);
-        q.woken += wake;
-        wake
-    };
-    for _ in 0..wake {
-        pool.ready.notify_one();
     }
+    // This thread pulls the sources in order, and wakes readers for the ones left only when it
+    // is about to wait for the device: sources whose first pages are cached (a scan's newer,
+    // smaller runs, usually) cost no hand-off, and a scan whose only read is its last source's
+    // wakes nobody.
     while let Some(job) = pool.take_own(id) {
+        let before = crate::storage::arm_before_read(Some((pool, id)));
         job();
+        crate::storage::arm_before_read(before);
     }
     batch
         .wait()
@@ -304,6 +338,110 @@ mod tests {
             .map(|s| s.map(|e| e.unwrap().key.to_vec()).collect())
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// Which thread pulled each source's first entry, by source tag.
+    type Pulls = Arc<(Mutex<Vec<(u8, std::thread::ThreadId)>>, Condvar)>;
+
+    /// `source(tag, n)` that records the thread of its first pull in `pulls`; with `read`, that
+    /// pull is about to read the device ([`crate::storage::before_device_read`]) and then waits
+    /// until every source tagged in `wait_for` has been pulled (a minute at most).
+    fn traced(tag: u8, n: u8, pulls: &Pulls, read: bool, wait_for: &'static [u8]) -> EntryIter {
+        let (pulls, mut inner, mut first) = (pulls.clone(), source(tag, n), true);
+        Box::new(std::iter::from_fn(move || {
+            if std::mem::take(&mut first) {
+                if read {
+                    crate::storage::before_device_read();
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                    let (lock, cv) = &*pulls;
+                    let mut p = lock.lock().unwrap();
+                    while !wait_for.iter().all(|t| p.iter().any(|(u, _)| u == t)) {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        if left.is_zero() {
+                            break;
+                        }
+                        p = cv.wait_timeout(p, left).unwrap().0;
+                    }
+                }
+                let (lock, cv) = &*pulls;
+                lock.lock()
+                    .unwrap()
+                    .push((tag, std::thread::current().id()));
+                cv.notify_all();
+            }
+            inner.next()
+        }))
+    }
+
+    /// A private pool whose readers all wait for jobs: no other test's batch wakes them, and
+    /// none is still on its way to the queue to take a job of ours unasked.
+    fn idle_pool(readers: usize) -> &'static Pool {
+        let pool = Pool::start(readers);
+        while pool.queue.lock().unwrap().idle < pool.running() {
+            std::thread::yield_now();
+        }
+        pool
+    }
+
+    fn keys(sources: Vec<EntryIter>) -> Vec<Vec<Vec<u8>>> {
+        sources
+            .into_iter()
+            .map(|s| s.map(|e| e.unwrap().key.to_vec()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn sources_that_read_nothing_are_pulled_in_place() {
+        let pool = idle_pool(2);
+        let pulls: Pulls = Default::default();
+        let sources = (0..4).map(|t| traced(t, 3, &pulls, false, &[])).collect();
+        let got = keys(prime_in(pool, sources));
+        assert_eq!(got, keys((0..4).map(|t| source(t, 3)).collect()));
+        let me = std::thread::current().id();
+        let p = pulls.0.lock().unwrap();
+        assert_eq!(
+            p.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
+        assert!(
+            p.iter().all(|(_, id)| *id == me),
+            "a reader was handed a source: {p:?}"
+        );
+    }
+
+    #[test]
+    fn a_pull_about_to_read_hands_the_sources_left_to_readers() {
+        // Source 1's pull waits, after its read is announced, for sources 2 and 3: only readers
+        // can pull them while this thread is in it, and only the announcement wakes them.
+        let pool = idle_pool(2);
+        let pulls: Pulls = Default::default();
+        let sources = vec![
+            traced(0, 2, &pulls, false, &[]),
+            traced(1, 4, &pulls, true, &[2, 3]),
+            traced(2, 1, &pulls, false, &[]),
+            traced(3, 5, &pulls, false, &[]),
+        ];
+        let got = keys(prime_in(pool, sources));
+        let want = keys(
+            [(0, 2), (1, 4), (2, 1), (3, 5)]
+                .iter()
+                .map(|&(t, n)| source(t, n))
+                .collect(),
+        );
+        assert_eq!(got, want);
+        let me = std::thread::current().id();
+        let p = pulls.0.lock().unwrap();
+        let by = |tag: u8| p.iter().position(|(t, _)| *t == tag).map(|i| p[i].1);
+        assert_eq!(by(0), Some(me), "source 0, before any read, in place");
+        assert_eq!(by(1), Some(me));
+        for tag in [2, 3] {
+            assert!(
+                by(tag).is_some_and(|id| id != me),
+                "source {tag} left to this thread: {p:?}"
+            );
+        }
+        // Source 1 recorded its pull after the others: it did not give up waiting for them.
+        assert_eq!(p.last().map(|(t, _)| *t), Some(1), "{p:?}");
     }
 
     #[test]

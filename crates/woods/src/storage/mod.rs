@@ -24,6 +24,9 @@ pub use alloc::{Allocator, Extent};
 pub use fault::{CutPoint, FaultFs, FaultPlan, PowerCut};
 #[doc(hidden)]
 pub use io::Pending;
+#[cfg(test)]
+pub(crate) use pagefile::before_device_read;
+pub(crate) use pagefile::{arm_before_read, BeforeRead};
 #[doc(hidden)]
 pub use pagefile::{
     page_stamp, seal_page, verify, Charge, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE,

@@ -2,6 +2,7 @@
 //! was written) and a crc32c of its page number, body and stamp. Writes fill the trailer in;
 //! reads verify the checksum, refuse a stale stamp ([`Stamps::check`]) and go through the cache.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -391,6 +392,7 @@ pub struct PendingRead {
 impl PendingRead {
     /// Waits for the read and verifies the pages' checksums; returns the result and the buffer.
     pub fn wait(self) -> Result<Done> {
+        before_device_read();
         let (r, buf) = self.pending.wait()?;
         let r = r.and_then(|()| verify_pages(&self.stamps, self.start, &buf[..self.len]));
         Ok((r, buf))
@@ -408,6 +410,35 @@ fn page_ref(spare: Option<PageRef>, bytes: &[u8]) -> PageRef {
     Arc::new(AlignedBuf::from_slice(bytes))
 }
 
+/// What a thread that is about to wait for the device may do first ([`arm_before_read`]).
+pub(crate) trait BeforeRead: Sync {
+    /// Called on the thread, with the argument it was armed with, before the read.
+    fn before_read(&self, arg: u64);
+}
+
+/// A hook and its argument.
+pub(crate) type ReadHook = (&'static dyn BeforeRead, u64);
+
+thread_local! {
+    static BEFORE_READ: Cell<Option<ReadHook>> = const { Cell::new(None) };
+}
+
+/// Arms `hook` (or disarms, with `None`) on this thread: it runs once, on this thread, just
+/// before the thread's next device read of a data file, which it may spend handing work to
+/// other threads (a scan's other sources, [`crate::merge::prime`]), since the thread is about to
+/// wait. Returns what was armed before, for the caller to put back.
+pub(crate) fn arm_before_read(hook: Option<ReadHook>) -> Option<ReadHook> {
+    BEFORE_READ.with(|c| c.replace(hook))
+}
+
+/// Runs (and disarms) the hook armed on this thread, if any: called before every device read of
+/// a data file (this module's reads, and a wait for a read issued behind).
+pub(crate) fn before_device_read() {
+    if let Some((hook, arg)) = BEFORE_READ.with(Cell::take) {
+        hook.before_read(arg);
+    }
+}
+
 /// Reads whole pages into `buf` (aligned, a multiple of `PAGE_SIZE`), unverified.
 fn read_pages(
     file: &dyn File,
@@ -418,6 +449,7 @@ fn read_pages(
 ) -> Result<()> {
     debug_assert_eq!(buf.len() % PAGE_SIZE, 0);
     debug_assert_eq!(buf.as_ptr() as usize % PAGE_SIZE, 0);
+    before_device_read();
     file.read_exact_at(buf, start * PAGE_SIZE as u64)?;
     counters.record_read(purpose, buf.len());
     counters.record_data_read(start, (buf.len() / PAGE_SIZE) as u64);
@@ -534,6 +566,37 @@ mod tests {
             after.data_reads_contiguous - before.data_reads_contiguous,
             2
         );
+    }
+
+    /// The hook armed on a thread runs once, before that thread's first device read: not on a
+    /// cache hit, not again on the next read, and not on another thread.
+    #[test]
+    fn an_armed_hook_runs_once_before_the_threads_next_device_read() {
+        struct Count(AtomicU64);
+        impl BeforeRead for Count {
+            fn before_read(&self, arg: u64) {
+                self.0.fetch_add(arg, Ordering::Relaxed);
+            }
+        }
+        static RUNS: Count = Count(AtomicU64::new(0));
+        let pf = page_file();
+        for p in 1..=3 {
+            write_page(&pf, p, p as u8);
+        }
+        pf.read(1, Purpose::UserRead).unwrap(); // cached by the write or by this read
+        pf.cache().invalidate(2);
+        assert!(arm_before_read(Some((&RUNS, 1))).is_none());
+        pf.read(1, Purpose::UserRead).unwrap(); // a hit
+        assert_eq!(RUNS.0.load(Ordering::Relaxed), 0);
+        std::thread::scope(|s| {
+            s.spawn(|| pf.read_uncached(3, Purpose::UserRead).unwrap());
+        });
+        assert_eq!(RUNS.0.load(Ordering::Relaxed), 0, "another thread's read");
+        pf.read(2, Purpose::UserRead).unwrap(); // a miss
+        assert_eq!(RUNS.0.load(Ordering::Relaxed), 1);
+        pf.read_uncached(3, Purpose::UserRead).unwrap();
+        assert_eq!(RUNS.0.load(Ordering::Relaxed), 1, "disarmed by its run");
+        assert!(arm_before_read(None).is_none());
     }
 
     /// A page is stamped with the clock when it is written, covered by its checksum, and every
