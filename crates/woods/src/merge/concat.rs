@@ -21,20 +21,96 @@ pub fn range_meets(min: &[u8], max: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u
     above_lo && below_hi
 }
 
-/// The positions `0..n` whose part `meets` the bounds, in reading order (descending when
-/// `reverse`); `None` when none does.
-pub fn parts_meeting(n: usize, reverse: bool, meets: impl Fn(usize) -> bool) -> Option<Vec<usize>> {
-    let mut parts: Vec<usize> = (0..n).filter(|&i| meets(i)).collect();
-    if reverse {
-        parts.reverse();
+/// The first position of `0..n` where `pred` holds, for a `pred` false and then true along it
+/// (`n` where it never holds).
+fn first_where(n: usize, pred: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
     }
-    (!parts.is_empty()).then_some(parts)
+    lo
+}
+
+/// The positions of parts `0..n` whose key ranges meet the bounds `lo..hi`, in reading order
+/// (descending when `reverse`); `None` when none does. The parts are those of one level:
+/// `range(i)` is part `i`'s first and last key, ascending with `i` and disjoint, so the parts
+/// that meet the bounds are one span of positions, found by two binary searches (a scan of a
+/// level of a thousand tables looks at twenty of them, not every one).
+pub fn parts_meeting<'a>(
+    n: usize,
+    reverse: bool,
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+    range: impl Fn(usize) -> (&'a [u8], &'a [u8]),
+) -> Option<Parts> {
+    // The first part whose last key is at or above `lo`, and the first past it whose first key
+    // is above `hi`.
+    let start = first_where(n, |i| {
+        range_meets(range(i).0, range(i).1, lo, &Bound::Unbounded)
+    });
+    let end = start
+        + first_where(n - start, |j| {
+            !range_meets(
+                range(start + j).0,
+                range(start + j).1,
+                &Bound::Unbounded,
+                hi,
+            )
+        });
+    (start < end).then_some(Parts::Span {
+        next: start,
+        end,
+        reverse,
+    })
+}
+
+/// The positions a [`Concat`] opens, in its order.
+pub enum Parts {
+    /// Positions as listed.
+    List(std::vec::IntoIter<usize>),
+    /// `next..end`, ascending, or descending from `end - 1` when `reverse`.
+    Span {
+        next: usize,
+        end: usize,
+        reverse: bool,
+    },
+}
+
+impl From<Vec<usize>> for Parts {
+    fn from(v: Vec<usize>) -> Parts {
+        Parts::List(v.into_iter())
+    }
+}
+
+impl Iterator for Parts {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        match self {
+            Parts::List(l) => l.next(),
+            Parts::Span { next, end, reverse } => {
+                if next >= end {
+                    None
+                } else if *reverse {
+                    *end -= 1;
+                    Some(*end)
+                } else {
+                    *next += 1;
+                    Some(*next - 1)
+                }
+            }
+        }
+    }
 }
 
 /// The streams `open(p)` for each `p` of `parts`, in that order, one after another. The first
 /// error ends the stream.
 pub struct Concat<I, F> {
-    parts: std::vec::IntoIter<usize>,
+    parts: Parts,
     open: F,
     current: Option<I>,
     failed: bool,
@@ -46,9 +122,9 @@ where
     F: FnMut(usize) -> Result<I>,
 {
     /// Reads the parts in the order given (reversed by the caller for a reverse scan).
-    pub fn new(parts: Vec<usize>, open: F) -> Concat<I, F> {
+    pub fn new(parts: impl Into<Parts>, open: F) -> Concat<I, F> {
         Concat {
-            parts: parts.into_iter(),
+            parts: parts.into(),
             open,
             current: None,
             failed: false,
@@ -133,6 +209,43 @@ mod tests {
         assert_eq!(c.next().unwrap().unwrap().key[..], [0]);
         assert!(c.next().unwrap().is_err());
         assert!(c.next().is_none());
+    }
+
+    /// The binary searches find exactly the parts a filter of every part finds, in order, for
+    /// levels of sorted, disjoint ranges (single keys among them) and bounds of every kind.
+    #[test]
+    fn parts_meeting_finds_what_a_filter_of_every_part_finds() {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(crate::testutil::seed());
+        let bound = |rng: &mut SmallRng| match rng.gen_range(0..3) {
+            0 => Bound::Unbounded,
+            1 => Bound::Included(vec![rng.gen_range(0..=200u8)]),
+            _ => Bound::Excluded(vec![rng.gen_range(0..=200u8)]),
+        };
+        for _ in 0..2000 {
+            // Disjoint ranges [a, b] with a <= b, ascending.
+            let mut ranges: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            let mut next = rng.gen_range(0..10u8);
+            while ranges.len() < rng.gen_range(0..12) && next < 190 {
+                let last = next + rng.gen_range(0..8);
+                ranges.push((vec![next], vec![last]));
+                next = last + 1 + rng.gen_range(0..4);
+            }
+            let (lo, hi) = (bound(&mut rng), bound(&mut rng));
+            let reverse = rng.gen_bool(0.5);
+            let mut want: Vec<usize> = (0..ranges.len())
+                .filter(|&i| range_meets(&ranges[i].0, &ranges[i].1, &lo, &hi))
+                .collect();
+            if reverse {
+                want.reverse();
+            }
+            let got: Vec<usize> = parts_meeting(ranges.len(), reverse, &lo, &hi, |i| {
+                (&ranges[i].0, &ranges[i].1)
+            })
+            .map(|p| p.collect())
+            .unwrap_or_default();
+            assert_eq!(got, want, "{ranges:?} {lo:?} {hi:?} reverse {reverse}");
+        }
     }
 
     #[test]

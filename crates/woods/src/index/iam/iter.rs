@@ -6,13 +6,8 @@ use std::sync::Arc;
 
 use super::node::{Node, Version};
 use crate::error::Result;
-use crate::merge::{parts_meeting, range_meets, Concat, EntryIter, MergeIter};
+use crate::merge::{parts_meeting, Concat, EntryIter, MergeIter};
 use crate::storage::Purpose;
-
-/// Whether the node's range meets the bounds.
-pub fn node_in_bounds(n: &Node, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
-    !n.seqs.is_empty() && range_meets(&n.lo, &n.hi, lo, hi)
-}
 
 /// The merge of one node's sequences within the bounds. Sources are numbered oldest first, so
 /// that of two copies of one version the newest sequence's is kept.
@@ -46,8 +41,9 @@ pub fn level(
     purpose: Purpose,
 ) -> Option<EntryIter> {
     let nodes = version.levels.get(level)?;
-    let todo = parts_meeting(nodes.len(), reverse, |i| {
-        node_in_bounds(&nodes[i], &lo, &hi)
+    // Nodes without sequences are among those found, and yield nothing.
+    let todo = parts_meeting(nodes.len(), reverse, &lo, &hi, |i| {
+        (&nodes[i].lo[..], &nodes[i].hi[..])
     })?;
     Some(Box::new(Concat::new(todo, move |i| {
         node_iter(&version.levels[level][i], &lo, &hi, reverse, purpose)

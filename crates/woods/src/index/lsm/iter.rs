@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::version::{Table, Version};
 use crate::entry::Entry;
 use crate::error::Result;
-use crate::merge::{parts_meeting, range_meets, Concat};
+use crate::merge::{parts_meeting, range_meets, Concat, Parts};
 use crate::run::RunIter;
 use crate::storage::Purpose;
 
@@ -54,7 +54,7 @@ pub type LevelIter = Concat<RunIter, Box<dyn FnMut(usize) -> Result<RunIter> + S
 fn level_iter(
     version: Arc<Version>,
     level: usize,
-    positions: Vec<usize>,
+    positions: impl Into<Parts>,
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
     reverse: bool,
@@ -79,8 +79,9 @@ pub fn level(
     purpose: Purpose,
 ) -> Option<LevelIter> {
     let tables = version.levels.get(level)?;
-    let todo = parts_meeting(tables.len(), reverse, |i| {
-        table_in_bounds(&tables[i], &lo, &hi)
+    let todo = parts_meeting(tables.len(), reverse, &lo, &hi, |i| {
+        let m = tables[i].meta();
+        (&m.min_key[..], &m.max_key[..])
     })?;
     Some(level_iter(version, level, todo, lo, hi, reverse, purpose))
 }

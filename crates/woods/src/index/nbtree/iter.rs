@@ -7,7 +7,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::version::{DTree, SNode, Version};
-use crate::merge::{Concat, EntryIter};
+use crate::merge::{Concat, EntryIter, Parts};
 use crate::storage::Purpose;
 
 /// Whether [a, b) (unbounded where `None`) meets the bounds.
@@ -98,7 +98,12 @@ pub fn level_sources(
                 dtrees.reverse();
             }
             let (v, lo, hi) = (v.clone(), lo.clone(), hi.clone());
-            Box::new(Concat::new((0..dtrees.len()).collect(), move |i| {
+            let parts = Parts::Span {
+                next: 0,
+                end: dtrees.len(),
+                reverse: false,
+            };
+            Box::new(Concat::new(parts, move |i| {
                 let _pin = &v;
                 let d: &DTree = &dtrees[i];
                 Ok(d.run
