@@ -50,18 +50,12 @@ pub fn parts_meeting<'a>(
 ) -> Option<Parts> {
     // The first part whose last key is at or above `lo`, and the first past it whose first key
     // is above `hi`.
-    let start = first_where(n, |i| {
-        range_meets(range(i).0, range(i).1, lo, &Bound::Unbounded)
-    });
-    let end = start
-        + first_where(n - start, |j| {
-            !range_meets(
-                range(start + j).0,
-                range(start + j).1,
-                &Bound::Unbounded,
-                hi,
-            )
-        });
+    let meets = |i: usize, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>| {
+        let (min, max) = range(i);
+        range_meets(min, max, lo, hi)
+    };
+    let start = first_where(n, |i| meets(i, lo, &Bound::Unbounded));
+    let end = start + first_where(n - start, |j| !meets(start + j, &Bound::Unbounded, hi));
     (start < end).then_some(Parts::Span {
         next: start,
         end,

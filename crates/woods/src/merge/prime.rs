@@ -223,7 +223,13 @@ impl BeforeRead for Pool {
     fn before_read(&self, batch: u64) {
         let wake = {
             let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-            let queued = q.jobs.iter().filter(|(b, _)| *b == batch).count();
+            // The batch's jobs go to the front, so that the readers woken for them take them
+            // rather than older batches' (another scan's, whose thread is pulling them itself).
+            let (mut jobs, rest): (VecDeque<_>, VecDeque<_>) =
+                q.jobs.drain(..).partition(|(b, _)| *b == batch);
+            let queued = jobs.len();
+            jobs.extend(rest);
+            q.jobs = jobs;
             // A reader woken a job, of those idle and not already woken by another call (a
             // reader woken for nothing goes back to sleep: a system call and a switch).
             let wake = q.idle.saturating_sub(q.woken).min(queued);
@@ -242,6 +248,22 @@ impl BeforeRead for Pool {
 /// would otherwise charge the threads' start-up allocations to whichever unit started them.
 pub fn start_pool() {
     pool();
+}
+
+/// The hook of one pull, armed while it lives; what was armed before (an outer `prime`'s, whose
+/// pull this one is part of) is put back as it goes, even if the pull unwinds.
+struct Armed(Option<crate::storage::ReadHook>);
+
+impl Armed {
+    fn new(hook: crate::storage::ReadHook) -> Armed {
+        Armed(crate::storage::arm_before_read(Some(hook)))
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        crate::storage::arm_before_read(self.0.take());
+    }
 }
 
 /// The sources with their first entries already read, on this thread and, from the first that
@@ -283,9 +305,8 @@ fn prime_in(pool: &'static Pool, sources: Vec<EntryIter>) -> Vec<EntryIter> {
     // smaller runs, usually) cost no hand-off, and a scan whose only read is its last source's
     // wakes nobody.
     while let Some(job) = pool.take_own(id) {
-        let before = crate::storage::arm_before_read(Some((pool, id)));
+        let _armed = Armed::new((pool, id));
         job();
-        crate::storage::arm_before_read(before);
     }
     batch
         .wait()
@@ -445,6 +466,42 @@ mod tests {
     }
 
     #[test]
+    fn the_readers_woken_for_a_batch_take_its_jobs_first() {
+        // The pool's one reader is woken for source 1 while an older job (another scan's, which
+        // here waits for source 1 too) is queued before it: taken first, it would hold the reader.
+        let pool = idle_pool(1);
+        let pulls: Pulls = Default::default();
+        {
+            let pulls = pulls.clone();
+            let older: Job = Box::new(move || {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                let (lock, cv) = &*pulls;
+                let mut p = lock.lock().unwrap();
+                while !p.iter().any(|(t, _)| *t == 1) {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    p = cv.wait_timeout(p, left).unwrap().0;
+                }
+            });
+            pool.queue.lock().unwrap().jobs.push_back((u64::MAX, older));
+        }
+        let sources = vec![
+            traced(0, 2, &pulls, true, &[1]),
+            traced(1, 3, &pulls, false, &[]),
+        ];
+        let got = keys(prime_in(pool, sources));
+        assert_eq!(got, keys(vec![source(0, 2), source(1, 3)]));
+        let p = pulls.0.lock().unwrap();
+        assert_eq!(
+            p.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+            vec![1, 0],
+            "{p:?}"
+        );
+    }
+
+    #[test]
     fn a_source_that_panics_fails_alone_and_the_pool_goes_on() {
         // More panicking sources than reader threads: were a panic to end its thread, the later
         // scans would find no reader left and wait for ever.
@@ -488,7 +545,15 @@ mod tests {
         // instead of hanging it.
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let got: Vec<Vec<Vec<u8>>> = prime(vec![source(1, 2), source(2, 1), source(3, 3)])
+            // The first pull is about to read the device: its hook finds no reader idle.
+            let (mut inner, mut first) = (source(1, 2), true);
+            let reading: EntryIter = Box::new(std::iter::from_fn(move || {
+                if std::mem::take(&mut first) {
+                    crate::storage::before_device_read();
+                }
+                inner.next()
+            }));
+            let got: Vec<Vec<Vec<u8>>> = prime(vec![reading, source(2, 1), source(3, 3)])
                 .into_iter()
                 .map(|s| s.map(|e| e.unwrap().key.to_vec()).collect())
                 .collect();

@@ -26,7 +26,7 @@ pub use fault::{CutPoint, FaultFs, FaultPlan, PowerCut};
 pub use io::Pending;
 #[cfg(test)]
 pub(crate) use pagefile::before_device_read;
-pub(crate) use pagefile::{arm_before_read, BeforeRead};
+pub(crate) use pagefile::{arm_before_read, BeforeRead, ReadHook};
 #[doc(hidden)]
 pub use pagefile::{
     page_stamp, seal_page, verify, Charge, Done, PageFile, PendingRead, PAGE_BODY, PAGE_SIZE,
