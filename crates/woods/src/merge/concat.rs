@@ -21,41 +21,26 @@ pub fn range_meets(min: &[u8], max: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u
     above_lo && below_hi
 }
 
-/// The first position of `0..n` where `pred` holds, for a `pred` false and then true along it
-/// (`n` where it never holds).
-fn first_where(n: usize, pred: impl Fn(usize) -> bool) -> usize {
-    let (mut lo, mut hi) = (0, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if pred(mid) {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    lo
-}
-
-/// The positions of parts `0..n` whose key ranges meet the bounds `lo..hi`, in reading order
+/// The positions of `parts` whose key ranges meet the bounds `lo..hi`, in reading order
 /// (descending when `reverse`); `None` when none does. The parts are those of one level:
-/// `range(i)` is part `i`'s first and last key, ascending with `i` and disjoint, so the parts
-/// that meet the bounds are one span of positions, found by two binary searches (a scan of a
-/// level of a thousand tables looks at twenty of them, not every one).
-pub fn parts_meeting<'a>(
-    n: usize,
+/// `range(p)` is part `p`'s first and last key, ascending along `parts` and disjoint, so the
+/// parts that meet the bounds are one span of positions, found by two binary searches (a scan
+/// of a level of a thousand tables looks at twenty of them, not every one).
+pub fn parts_meeting<T>(
+    parts: &[T],
     reverse: bool,
     lo: &Bound<Vec<u8>>,
     hi: &Bound<Vec<u8>>,
-    range: impl Fn(usize) -> (&'a [u8], &'a [u8]),
+    range: impl Fn(&T) -> (&[u8], &[u8]),
 ) -> Option<Parts> {
     // The first part whose last key is at or above `lo`, and the first past it whose first key
     // is above `hi`.
-    let meets = |i: usize, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>| {
-        let (min, max) = range(i);
+    let meets = |p: &T, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>| {
+        let (min, max) = range(p);
         range_meets(min, max, lo, hi)
     };
-    let start = first_where(n, |i| meets(i, lo, &Bound::Unbounded));
-    let end = start + first_where(n - start, |j| !meets(start + j, &Bound::Unbounded, hi));
+    let start = parts.partition_point(|p| !meets(p, lo, &Bound::Unbounded));
+    let end = start + parts[start..].partition_point(|p| meets(p, &Bound::Unbounded, hi));
     (start < end).then_some(Parts::Span {
         next: start,
         end,
@@ -233,11 +218,9 @@ mod tests {
             if reverse {
                 want.reverse();
             }
-            let got: Vec<usize> = parts_meeting(ranges.len(), reverse, &lo, &hi, |i| {
-                (&ranges[i].0, &ranges[i].1)
-            })
-            .map(|p| p.collect())
-            .unwrap_or_default();
+            let got: Vec<usize> = parts_meeting(&ranges, reverse, &lo, &hi, |r| (&r.0, &r.1))
+                .map(|p| p.collect())
+                .unwrap_or_default();
             assert_eq!(got, want, "{ranges:?} {lo:?} {hi:?} reverse {reverse}");
         }
     }

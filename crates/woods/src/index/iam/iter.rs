@@ -42,9 +42,7 @@ pub fn level(
 ) -> Option<EntryIter> {
     let nodes = version.levels.get(level)?;
     // Nodes without sequences are among those found, and yield nothing.
-    let todo = parts_meeting(nodes.len(), reverse, &lo, &hi, |i| {
-        (&nodes[i].lo[..], &nodes[i].hi[..])
-    })?;
+    let todo = parts_meeting(nodes, reverse, &lo, &hi, |n| (&n.lo[..], &n.hi[..]))?;
     Some(Box::new(Concat::new(todo, move |i| {
         node_iter(&version.levels[level][i], &lo, &hi, reverse, purpose)
     })))

@@ -79,8 +79,8 @@ pub fn level(
     purpose: Purpose,
 ) -> Option<LevelIter> {
     let tables = version.levels.get(level)?;
-    let todo = parts_meeting(tables.len(), reverse, &lo, &hi, |i| {
-        let m = tables[i].meta();
+    let todo = parts_meeting(tables, reverse, &lo, &hi, |t| {
+        let m = t.meta();
         (&m.min_key[..], &m.max_key[..])
     })?;
     Some(level_iter(version, level, todo, lo, hi, reverse, purpose))
