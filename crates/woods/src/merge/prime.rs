@@ -364,6 +364,20 @@ mod tests {
     /// Which thread pulled each source's first entry, by source tag.
     type Pulls = Arc<(Mutex<Vec<(u8, std::thread::ThreadId)>>, Condvar)>;
 
+    /// Waits until every source tagged in `tags` has been pulled, a minute at most.
+    fn wait_for_pulls(pulls: &Pulls, tags: &[u8]) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let (lock, cv) = &**pulls;
+        let mut p = lock.lock().unwrap();
+        while !tags.iter().all(|t| p.iter().any(|(u, _)| u == t)) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            p = cv.wait_timeout(p, left).unwrap().0;
+        }
+    }
+
     /// `source(tag, n)` that records the thread of its first pull in `pulls`; with `read`, that
     /// pull is about to read the device ([`crate::storage::before_device_read`]) and then waits
     /// until every source tagged in `wait_for` has been pulled (a minute at most).
@@ -373,16 +387,7 @@ mod tests {
             if std::mem::take(&mut first) {
                 if read {
                     crate::storage::before_device_read();
-                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-                    let (lock, cv) = &*pulls;
-                    let mut p = lock.lock().unwrap();
-                    while !wait_for.iter().all(|t| p.iter().any(|(u, _)| u == t)) {
-                        let left = deadline.saturating_duration_since(std::time::Instant::now());
-                        if left.is_zero() {
-                            break;
-                        }
-                        p = cv.wait_timeout(p, left).unwrap().0;
-                    }
+                    wait_for_pulls(&pulls, wait_for);
                 }
                 let (lock, cv) = &*pulls;
                 lock.lock()
@@ -473,18 +478,7 @@ mod tests {
         let pulls: Pulls = Default::default();
         {
             let pulls = pulls.clone();
-            let older: Job = Box::new(move || {
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-                let (lock, cv) = &*pulls;
-                let mut p = lock.lock().unwrap();
-                while !p.iter().any(|(t, _)| *t == 1) {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    p = cv.wait_timeout(p, left).unwrap().0;
-                }
-            });
+            let older: Job = Box::new(move || wait_for_pulls(&pulls, &[1]));
             pool.queue.lock().unwrap().jobs.push_back((u64::MAX, older));
         }
         let sources = vec![
