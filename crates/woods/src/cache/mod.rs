@@ -379,6 +379,24 @@ impl Cache {
 
     /// Inserts (or replaces) a page of class `class`.
     pub fn insert_as(&self, page: u64, data: PageRef, class: PageClass) {
+        self.insert_frame(page, data, class, true);
+    }
+
+    /// Whether the cache holds `page`, without counting a hit or a miss.
+    pub fn holds(&self, page: u64) -> bool {
+        self.shard(page).lock().map.contains_key(&page)
+    }
+
+    /// Inserts a data page read ahead of its use, unless the cache holds it: unreferenced, so
+    /// that CLOCK's hand takes it at its next pass unless a read uses it first (a page read
+    /// ahead that nobody reads displaces no page that was read).
+    pub fn insert_ahead(&self, page: u64, data: PageRef) {
+        if !self.holds(page) {
+            self.insert_frame(page, data, PageClass::Data, false);
+        }
+    }
+
+    fn insert_frame(&self, page: u64, data: PageRef, class: PageClass, referenced: bool) {
         let mut s = self.shard(page).lock();
         let limit = self.shard_limit(s.capacity);
         // A shard too small to share keeps every page as data.
@@ -387,7 +405,7 @@ impl Cache {
             let was = std::mem::replace(&mut s.frames[i].index, index);
             s.index_frames = s.index_frames + usize::from(index) - usize::from(was);
             s.frames[i].data = data;
-            s.frames[i].referenced = true;
+            s.frames[i].referenced |= referenced;
             return;
         }
         // Reservations grew (or the rows took room): give frames back until the shard is within
@@ -400,7 +418,7 @@ impl Cache {
         let frame = Frame {
             page,
             data,
-            referenced: true,
+            referenced,
             index,
         };
         if s.frames.len() < limit {
@@ -740,6 +758,40 @@ mod tests {
         c.insert(d, Arc::new(AlignedBuf::zeroed(PAGE_SIZE))); // evicts b, which a reader holds
         assert!(matches!(c.probe(a), Probe::Miss(None)));
         drop(held);
+    }
+
+    /// A page read ahead goes before the pages read when room is needed, unless a read used it
+    /// first (it is then referenced like them); it never replaces a cached page, and `holds`
+    /// counts neither a hit nor a miss.
+    #[test]
+    fn a_page_read_ahead_is_evicted_first_unless_read() {
+        let c = Cache::new((2 * SHARDS * PAGE_SIZE) as u64); // two frames per shard
+        let same_shard: Vec<u64> = (0..10_000u64)
+            .filter(|&p| std::ptr::eq(c.shard(p), c.shard(0)))
+            .take(4)
+            .collect();
+        let (a, b, d, e) = (same_shard[0], same_shard[1], same_shard[2], same_shard[3]);
+        let page = |byte: u8| Arc::new(AlignedBuf::from_slice(&[byte; 8]));
+        let referenced = |p: u64| {
+            let s = c.shard(p).lock();
+            s.frames[s.map[&p]].referenced
+        };
+        c.insert(a, page(1));
+        c.insert_ahead(b, page(2));
+        c.insert_ahead(a, page(9)); // held: left as it is
+        let before = c.stats();
+        assert!(c.holds(a) && c.holds(b) && !c.holds(e));
+        let after = c.stats();
+        assert_eq!((after.hits, after.misses), (before.hits, before.misses));
+        assert!(referenced(a) && !referenced(b));
+        c.insert(d, page(3)); // wherever CLOCK's hand is, it takes b
+        assert!(!c.holds(b) && c.holds(d));
+        assert_eq!(&c.get(a).expect("the page read")[..], &[1; 8]);
+        // Read ahead, then read: referenced as a page read is.
+        c.insert_ahead(e, page(4)); // evicts d or a, whichever the hand reaches unreferenced
+        assert!(!referenced(e));
+        assert_eq!(&c.get(e).expect("read ahead")[..], &[4; 8]);
+        assert!(referenced(e));
     }
 
     /// Reserved bytes shrink what the cache holds, down to nothing, and come back when

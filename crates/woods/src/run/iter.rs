@@ -51,6 +51,30 @@ impl Cursor {
     /// Positions at the first entry at or after `(key, seq)` in entry order (or past the end of
     /// the leaf where it would be).
     pub(crate) fn seek(&mut self, run: &Run, key: &[u8], seq: u64, purpose: Purpose) -> Result<()> {
+        self.seek_in(run, key, seq, purpose, None)
+    }
+
+    /// [`Cursor::seek`] for a forward range scan bounded above by `hi` (with a user read, its
+    /// first data page is read with the next when the scan may go on into it,
+    /// [`Run::leaf_for`]).
+    pub(crate) fn seek_scan(
+        &mut self,
+        run: &Run,
+        key: &[u8],
+        purpose: Purpose,
+        hi: &Bound<Vec<u8>>,
+    ) -> Result<()> {
+        self.seek_in(run, key, FIRST_SEQ, purpose, Some(hi))
+    }
+
+    fn seek_in(
+        &mut self,
+        run: &Run,
+        key: &[u8],
+        seq: u64,
+        purpose: Purpose,
+        scan: Option<&Bound<Vec<u8>>>,
+    ) -> Result<()> {
         self.path.clear();
         let Some(mut node) = run.root_node(purpose)? else {
             return Ok(());
@@ -59,7 +83,7 @@ impl Cursor {
             // Last child whose first entry is at or before the target (child 0 if none).
             let i = node.upper_bound(key, seq)?.saturating_sub(1);
             let child = if purpose == Purpose::UserRead {
-                run.leaf_for(&node, i, key)?
+                run.leaf_for(&node, i, key, scan)?
             } else {
                 run.child_node_ahead(&node, i, purpose, &mut self.ahead)?
             };
@@ -295,8 +319,8 @@ impl RunIter {
             match &self.lo {
                 Bound::Unbounded if self.prefetched => self.cursor.resume_first(run, p)?,
                 Bound::Unbounded => self.cursor.seek_first(run, p)?,
-                Bound::Included(k) => self.cursor.seek(run, k, FIRST_SEQ, p)?,
-                Bound::Excluded(k) => self.cursor.seek(run, &successor(k), FIRST_SEQ, p)?,
+                Bound::Included(k) => self.cursor.seek_scan(run, k, p, &self.hi)?,
+                Bound::Excluded(k) => self.cursor.seek_scan(run, &successor(k), p, &self.hi)?,
             }
             self.cursor.normalize_forward(run, p)
         } else {

@@ -907,27 +907,58 @@ impl Run {
     /// ([`PageFile::read_with_previous`]) rather than the page and then, for its first entry,
     /// the page before. (A shortened separator that happens to be a whole key reads a page
     /// more in that request, never a request more.)
-    pub(crate) fn leaf_for(&self, node: &Node, i: usize, key: &[u8]) -> Result<Node> {
+    ///
+    /// A forward range scan (`scan` holds its upper bound) that starts on a data page most
+    /// often goes on into the next: when that is child `i + 1`, right after it in the file,
+    /// and may hold keys within the bound, the two are read in one request
+    /// ([`PageFile::read_with_next`]).
+    pub(crate) fn leaf_for(
+        &self,
+        node: &Node,
+        i: usize,
+        key: &[u8],
+        scan: Option<&Bound<Vec<u8>>>,
+    ) -> Result<Node> {
         let p = Purpose::UserRead;
         if node.level != 1 {
             return self.child_node(node, i, p);
         }
         let (sep, seq) = node.key_seq(i)?;
-        if seq != u64::MAX || sep != key {
-            return self.child_node(node, i, p);
-        }
-        // The page before is child `i - 1`, or for the first child the last child of the
-        // level-1 node before (not read here: the run's pages are all that is checked).
         let child = node.child(i)?;
-        let adjacent = match i {
-            0 => true,
-            _ => node.child(i - 1)?.checked_add(1) == Some(child),
-        };
-        if !adjacent || child == 0 || !self.owns(child - 1, 2) {
-            return self.child_node(node, i, p);
+        if seq == u64::MAX && sep == key {
+            // The page before is child `i - 1`, or for the first child the last child of the
+            // level-1 node before (not read here: the run's pages are all that is checked).
+            let adjacent = match i {
+                0 => true,
+                _ => node.child(i - 1)?.checked_add(1) == Some(child),
+            };
+            if adjacent && child > 0 && self.owns(child - 1, 2) {
+                let buf = self.store.read_with_previous(child, p, PageClass::Data)?;
+                return Node::parse(child, buf, 0);
+            }
         }
-        let buf = self.store.read_with_previous(child, p, PageClass::Data)?;
-        Node::parse(child, buf, 0)
+        if let Some(hi) = scan {
+            if self.next_in_scan(node, i, child, hi)? {
+                let buf = self.store.read_with_next(child, p)?;
+                return Node::parse(child, buf, 0);
+            }
+        }
+        self.child_node(node, i, p)
+    }
+
+    /// Whether child `i + 1` of the level-1 node `node` is the data page right after child `i`
+    /// (page `child`) in the file, inside the run, and may hold keys at or below `hi` (its
+    /// separator is at most its first key).
+    fn next_in_scan(&self, node: &Node, i: usize, child: u64, hi: &Bound<Vec<u8>>) -> Result<bool> {
+        if i + 1 >= node.count || node.child(i + 1)? != child + 1 || !self.owns(child, 2) {
+            return Ok(false);
+        }
+        let (sep, _) = node.key_seq(i + 1)?;
+        Ok(match hi {
+            Bound::Unbounded => true,
+            Bound::Included(h) => sep <= h.as_slice(),
+            Bound::Excluded(h) => sep < h.as_slice(),
+        })
     }
 
     /// [`Run::child_node`] for a forward scan: a data page comes through `ahead` when the scan

@@ -1671,3 +1671,162 @@ fn a_lookup_of_a_split_entry_reads_its_two_pages_in_one_request() {
     }
     assert!(checked >= 100, "seed {s}: only {checked} split entries");
 }
+
+/// The level-1 nodes of `run`'s tree.
+fn level1_nodes(run: &Run) -> Vec<Node> {
+    let mut out = Vec::new();
+    let mut todo: Vec<Node> = run.root_node(Purpose::Merge).unwrap().into_iter().collect();
+    while let Some(node) = todo.pop() {
+        let children = 0..node.count;
+        match node.level {
+            0 => {}
+            1 => out.push(node),
+            _ => todo.extend(children.map(|i| run.child_node(&node, i, Purpose::Merge).unwrap())),
+        }
+    }
+    out
+}
+
+/// A forward scan (a user read) reads its first data page and the next in one device request
+/// when the next is right after it in the file and may hold keys within the scan's bound: a
+/// scan that goes on into the second page waits for the device once. Counted on a cold cache
+/// for scans from the first key of every data page: the index levels, then one request for the
+/// two pages (two where the next page is not adjacent). A point lookup of the same key, a scan
+/// bounded within the page (up to its last entry) and a reverse scan read the one page, and
+/// leave the next uncached.
+#[test]
+fn a_scan_reads_its_first_data_page_with_the_next_in_one_request() {
+    let s = seed();
+    let mut rng = SmallRng::seed_from_u64(s);
+    let (fs, pf) = store();
+    let m: Vec<Entry> = (0..6000)
+        .map(|i| {
+            let value = vec![i as u8; rng.gen_range(0..=120)];
+            // Keys ten apart: separators shorter than the keys (a separator that is a whole
+            // key has the page before read with its page instead, `Run::leaf_for`).
+            Entry::new(format!("key{:07}", i * 10).as_bytes(), 7, Kind::Put, &value)
+        })
+        .collect();
+    let run = build(&pf, &m, opts());
+    let file = fs
+        .open(Path::new(DATA), OpenMode::default())
+        .expect("open data file");
+    let index_levels = u64::from(run.meta().height) - 1;
+    let (mut adjacent, mut apart) = (0, 0);
+    for parent in level1_nodes(&run) {
+        for j in 0..parent.count - 1 {
+            let (page, next) = (parent.child(j).unwrap(), parent.child(j + 1).unwrap());
+            let node = Node::parse(
+                page,
+                Arc::new(pf.read_uncached(page, Purpose::Merge).unwrap()),
+                0,
+            )
+            .expect("parse");
+            let first = node.data(0).expect("item");
+            let key = first.key.to_vec();
+            let whole = parent.key_seq(j).unwrap() == (&key[..], u64::MAX);
+            if whole || matches!(first.value, format::ValueRef::Split { .. }) {
+                // Its lookup reads the page before with it instead.
+                continue;
+            }
+            let last = node.data(node.count - 1).expect("item").key.to_vec();
+            let at = m.iter().position(|e| *e.key == *key).expect("in the model");
+            let ops = |pf: &PageFile| pf.counters().snapshot().read_ops[Purpose::UserRead as usize];
+            // The run opened on a cold cache, and the reads done so far.
+            let cold = || {
+                let pf = Arc::new(PageFile::new(
+                    file.clone(),
+                    Cache::new(1 << 20),
+                    Allocator::new(1),
+                    Arc::new(IoCounters::default()),
+                ));
+                let r = Arc::new(Run::open(pf.clone(), run.meta().clone()).expect("open"));
+                let at = ops(&pf);
+                (pf, r, at)
+            };
+
+            // The page's entries and the next page's first.
+            let (cpf, r, at0) = cold();
+            let got: Vec<Entry> = r
+                .iter(
+                    Bound::Included(key.clone()),
+                    Bound::Unbounded,
+                    false,
+                    Purpose::UserRead,
+                )
+                .take(node.count + 1)
+                .map(|e| e.expect("scan"))
+                .collect();
+            assert_eq!(
+                got,
+                m[at..at + node.count + 1],
+                "seed {s}: scan from page {page}"
+            );
+            let want = index_levels + if next == page + 1 { 1 } else { 2 };
+            assert_eq!(
+                ops(&cpf) - at0,
+                want,
+                "seed {s}: scan from page {page} (next {next})"
+            );
+            if next == page + 1 {
+                adjacent += 1;
+            } else {
+                apart += 1;
+            }
+
+            // A lookup, a scan that ends within the page and a reverse scan: the one page.
+            let (cpf, r, at0) = cold();
+            let mut out = Vec::new();
+            r.get(&key, u64::MAX, &mut out).expect("get");
+            assert_eq!(
+                out,
+                vec![m[at].clone()],
+                "seed {s}: get of page {page}'s first key"
+            );
+            let in_page: Vec<Entry> = r
+                .iter(
+                    Bound::Included(key.clone()),
+                    Bound::Included(last.clone()),
+                    false,
+                    Purpose::UserRead,
+                )
+                .take(node.count)
+                .map(|e| e.expect("scan"))
+                .collect();
+            assert_eq!(
+                in_page,
+                m[at..at + node.count],
+                "seed {s}: page {page} alone"
+            );
+            let back = r
+                .iter(
+                    Bound::Unbounded,
+                    Bound::Excluded(last.clone()),
+                    true,
+                    Purpose::UserRead,
+                )
+                .next()
+                .expect("an entry")
+                .expect("reverse scan");
+            assert_eq!(
+                back,
+                m[at + node.count - 2],
+                "seed {s}: reverse from page {page}'s end"
+            );
+            assert_eq!(
+                ops(&cpf) - at0,
+                index_levels + 1,
+                "seed {s}: page {page} read alone"
+            );
+            assert!(
+                !cpf.cache().holds(page + 1),
+                "seed {s}: page {} cached",
+                page + 1
+            );
+        }
+    }
+    assert!(
+        adjacent >= 50,
+        "seed {s}: {adjacent} scans over adjacent pages, {apart} apart"
+    );
+}

@@ -249,6 +249,31 @@ impl PageFile {
         Ok(p)
     }
 
+    /// [`read`](PageFile::read) of data page `page`, reading page `page + 1` with it, in one
+    /// device request, when the cache holds neither. The page after is cached read ahead
+    /// ([`Cache::insert_ahead`]) if it verifies (a damaged one fails the read that needs it,
+    /// not this one). A range scan that starts on a page most often goes on into the next one:
+    /// this reads both for the latency and the system call of one request, not two in turn.
+    pub fn read_with_next(&self, page: u64, purpose: Purpose) -> Result<PageRef> {
+        let spare = match self.cache.probe(page) {
+            Probe::Hit(p) => return Ok(p),
+            Probe::Miss(spare) => spare,
+        };
+        if self.cache.holds(page + 1) {
+            return self.read_missed(page, spare, purpose, PageClass::Data);
+        }
+        let mut both = AlignedBuf::for_overwrite(2 * PAGE_SIZE);
+        read_pages(&*self.file, &self.counters, page, &mut both, purpose)?;
+        let (this, next) = both.split_at(PAGE_SIZE);
+        verify_pages(&self.stamps, page, this)?;
+        let p = page_ref(spare, this);
+        self.cache.insert_as(page, p.clone(), PageClass::Data);
+        if verify_pages(&self.stamps, page + 1, next).is_ok() {
+            self.cache.insert_ahead(page + 1, page_ref(None, next));
+        }
+        Ok(p)
+    }
+
     /// Reads one page bypassing the cache (scans of whole runs, checks).
     pub fn read_uncached(&self, page: u64, purpose: Purpose) -> Result<AlignedBuf> {
         self.read_many(page, 1, purpose)
