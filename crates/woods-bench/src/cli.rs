@@ -160,7 +160,10 @@ the others read through the OS page cache (direct = no; cache-assisted where no 
 bounds it). --engine-exe NAME=PATH runs an engine from another bench binary of the same source, \
 so that engines no single build links together run in one run: current RocksDB \
 (`rocksdb-current=bench/rocksdb-current/target/release/woods-bench-rc`, built by \
-scripts/build-rocksdb-current.sh) beside Debian's 7.8.3.";
+scripts/build-rocksdb-current.sh) beside Debian's 7.8.3. An engine name may carry a label, \
+ENGINE@LABEL, when --engine-exe names it: the same engine from another build in the same run, \
+e.g. `--engines woods:lsm,woods:lsm@before --engine-exe woods:lsm@before=PATH` (a before-and-after \
+comparison under the same conditions; results keep the label).";
 
 /// Arguments of `woods bench`.
 #[derive(Args, Clone, Debug, Default)]
@@ -412,6 +415,11 @@ fn draw_series(args: &BenchArgs) -> u8 {
             2
         }
     }
+}
+
+/// The engine a name runs: the name less its label, if it has one (`woods:lsm@before`).
+fn unlabelled(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(engine, _)| engine)
 }
 
 /// Parses `--engine-exe NAME=PATH` values; each PATH must be an executable file.
@@ -735,6 +743,12 @@ fn run_parent(
     let external = engine_exes(&args.engine_exe)?;
     for e in &engines {
         if !external.iter().any(|(n, _)| n == e) {
+            if let Some((_, label)) = e.split_once('@') {
+                return Err(format!(
+                    "engine {e}: a label (@{label}) names a run of another binary, and needs \
+                     --engine-exe {e}=PATH"
+                ));
+            }
             engine::check_name_with(e, extra).map_err(|e| e.to_string())?;
         }
     }
@@ -903,7 +917,9 @@ fn run_parent(
     for name in &engines {
         let dir = base.join(name.replace(':', "-"));
         let _ = fs::remove_dir_all(&dir);
-        let spec = spec_for(name, dir.clone());
+        // A labelled engine (`woods:lsm@before`) is its engine run by the binary its
+        // `--engine-exe` names; its results keep the label.
+        let spec = spec_for(unlabelled(name), dir.clone());
         let _ = writeln!(err, "== {name}");
         // An engine of another binary: that binary takes the bench's arguments itself.
         let (exe, prefix): (&Path, &[OsString]) = match external.iter().find(|(n, _)| n == name) {
@@ -918,15 +934,17 @@ fn run_parent(
             limit,
             memory.page_cache_dropped,
         ) {
-            Ok(r) => {
+            Ok(mut r) => {
+                r.engine.clone_from(name);
                 report_phases(&mut err, name, &r, limit);
                 results.push(r);
             }
             Err(f) => {
                 let _ = writeln!(err, "woods bench: {name} FAILED: {f}");
-                if let Some(r) = f.finished {
+                if let Some(mut r) = f.finished {
                     // What it finished is a result: its phases go in the table and the files,
                     // and the failure is listed beside them.
+                    r.engine.clone_from(name);
                     report_phases(&mut err, name, &r, limit);
                     results.push(*r);
                 }

@@ -226,7 +226,9 @@ fn unknown_engine_is_a_usage_error() {
 }
 
 /// `--engine-exe NAME=PATH` runs that engine's child from another binary (here a script that
-/// notes each start and runs this binary), the others from this one.
+/// notes each start and runs this binary), the others from this one; a labelled name
+/// (`woods:lsm@other`) runs its engine from the binary named for it, beside the same engine
+/// from this one, and its results keep the label.
 #[test]
 fn engine_from_another_binary() {
     use std::os::unix::fs::PermissionsExt;
@@ -247,14 +249,16 @@ fn engine_from_another_binary() {
     let out = Command::new(exe())
         .args([
             "--engines",
-            "woods:btree,woods:lsm",
+            "woods:btree,woods:lsm,woods:lsm@other",
             "--records",
             "2000",
             "--ops",
             "500",
         ])
         .arg("--engine-exe")
-        .arg(format!("woods:lsm={}", wrapper.display()))
+        .arg(format!("woods:btree={}", wrapper.display()))
+        .arg("--engine-exe")
+        .arg(format!("woods:lsm@other={}", wrapper.display()))
         .arg("--dir")
         .arg(tmp.path().join("dbs"))
         .arg("--json")
@@ -267,8 +271,12 @@ fn engine_from_another_binary() {
         String::from_utf8_lossy(&out.stderr)
     );
     let started = std::fs::read_to_string(&marker).expect("the other binary ran");
-    assert_eq!(started.lines().count(), 1, "one child from it: {started}");
-    assert!(started.contains("\"engine\":\"woods:lsm\""), "{started}");
+    // `woods:btree` and `woods:lsm@other` from it (the child told the engine, not the label),
+    // `woods:lsm` from this binary.
+    let lines: Vec<&str> = started.lines().collect();
+    assert_eq!(lines.len(), 2, "two children from it: {started}");
+    assert!(lines[0].contains("\"engine\":\"woods:btree\""), "{started}");
+    assert!(lines[1].contains("\"engine\":\"woods:lsm\""), "{started}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let engines: Vec<&str> = report["results"]
@@ -277,7 +285,17 @@ fn engine_from_another_binary() {
         .iter()
         .map(|r| r["engine"].as_str().unwrap())
         .collect();
-    assert_eq!(engines, ["woods:btree", "woods:lsm"]);
+    assert_eq!(engines, ["woods:btree", "woods:lsm", "woods:lsm@other"]);
+    let unnamed = Command::new(exe())
+        .args(["--engines", "woods:lsm@other", "--records", "2000"])
+        .output()
+        .unwrap();
+    assert!(!unnamed.status.success());
+    assert!(
+        String::from_utf8_lossy(&unnamed.stderr).contains("needs --engine-exe woods:lsm@other="),
+        "{}",
+        String::from_utf8_lossy(&unnamed.stderr)
+    );
     let bad = Command::new(exe())
         .args([
             "--engines",
