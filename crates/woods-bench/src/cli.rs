@@ -163,7 +163,9 @@ so that engines no single build links together run in one run: current RocksDB \
 scripts/build-rocksdb-current.sh) beside Debian's 7.8.3. An engine name may carry a label, \
 ENGINE@LABEL, when --engine-exe names it: the same engine from another build in the same run, \
 e.g. `--engines woods:lsm,woods:lsm@before --engine-exe woods:lsm@before=PATH` (a before-and-after \
-comparison under the same conditions; results keep the label).";
+comparison under the same conditions; results keep the label). PATH takes the bench's arguments \
+itself: a bench binary such as woods-bench-rc, or for another build of the woods tool a script \
+that runs `exec /path/to/woods bench \"$@\"`.";
 
 /// Arguments of `woods bench`.
 #[derive(Args, Clone, Debug, Default)]
