@@ -184,6 +184,33 @@ impl Cursor {
         self.normalize_forward(run, purpose)
     }
 
+    /// Whether the cursor is at the last item of its leaf and every item after it lies above
+    /// `hi`: the separator of the next leaf, found in the lowest index node on the path that
+    /// has a child after its own, is at most the next leaf's first key and above every key
+    /// before it. A forward scan ends there without reading the next leaf.
+    pub(crate) fn last_within(&self, hi: &Bound<Vec<u8>>) -> Result<bool> {
+        let Some((leaf, i)) = self.path.last() else {
+            return Ok(false);
+        };
+        if *i + 1 != leaf.count {
+            return Ok(false);
+        }
+        let above = self.path[..self.path.len() - 1]
+            .iter()
+            .rev()
+            .find(|(n, j)| j + 1 < n.count);
+        let Some((node, j)) = above else {
+            // The run's last item: nothing after it to read.
+            return Ok(false);
+        };
+        let (sep, _) = node.key_seq(j + 1)?;
+        Ok(match hi {
+            Bound::Unbounded => false,
+            Bound::Included(h) => sep > h.as_slice(),
+            Bound::Excluded(h) => sep >= h.as_slice(),
+        })
+    }
+
     /// When the leaf index is past the leaf's end, moves to the first entry of the next leaf.
     pub(crate) fn normalize_forward(&mut self, run: &Run, purpose: Purpose) -> Result<()> {
         match self.path.last() {
@@ -357,6 +384,9 @@ impl RunIter {
             } else if self.advance {
                 if self.reverse {
                     self.cursor.prev(&self.run, self.purpose)?;
+                } else if self.fences.is_none() && self.cursor.last_within(&self.hi)? {
+                    // The rest lies above the bound: not read.
+                    return Ok(None);
                 } else {
                     self.cursor.next(&self.run, self.purpose)?;
                 }
