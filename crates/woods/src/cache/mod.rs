@@ -379,7 +379,7 @@ impl Cache {
 
     /// Inserts (or replaces) a page of class `class`.
     pub fn insert_as(&self, page: u64, data: PageRef, class: PageClass) {
-        self.insert_frame(page, data, class, true);
+        self.insert_frame(page, data, class, false);
     }
 
     /// Whether the cache holds `page`, without counting a hit or a miss.
@@ -391,21 +391,23 @@ impl Cache {
     /// that CLOCK's hand takes it at its next pass unless a read uses it first (a page read
     /// ahead that nobody reads displaces no page that was read).
     pub fn insert_ahead(&self, page: u64, data: PageRef) {
-        if !self.holds(page) {
-            self.insert_frame(page, data, PageClass::Data, false);
-        }
+        self.insert_frame(page, data, PageClass::Data, true);
     }
 
-    fn insert_frame(&self, page: u64, data: PageRef, class: PageClass, referenced: bool) {
+    /// [`insert_as`](Cache::insert_as), or with `ahead` [`insert_ahead`](Cache::insert_ahead).
+    fn insert_frame(&self, page: u64, data: PageRef, class: PageClass, ahead: bool) {
         let mut s = self.shard(page).lock();
         let limit = self.shard_limit(s.capacity);
         // A shard too small to share keeps every page as data.
         let index = class == PageClass::Index && index_share(limit) > 0;
         if let Some(&i) = s.map.get(&page) {
+            if ahead {
+                return;
+            }
             let was = std::mem::replace(&mut s.frames[i].index, index);
             s.index_frames = s.index_frames + usize::from(index) - usize::from(was);
             s.frames[i].data = data;
-            s.frames[i].referenced |= referenced;
+            s.frames[i].referenced = true;
             return;
         }
         // Reservations grew (or the rows took room): give frames back until the shard is within
@@ -418,7 +420,7 @@ impl Cache {
         let frame = Frame {
             page,
             data,
-            referenced,
+            referenced: !ahead,
             index,
         };
         if s.frames.len() < limit {

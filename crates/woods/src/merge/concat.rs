@@ -13,12 +13,16 @@ pub fn range_meets(min: &[u8], max: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u
         Bound::Excluded(l) => max > l.as_slice(),
         Bound::Unbounded => true,
     };
-    let below_hi = match hi {
-        Bound::Included(h) => min <= h.as_slice(),
-        Bound::Excluded(h) => min < h.as_slice(),
+    above_lo && within_hi(min, hi)
+}
+
+/// Whether `key` lies within the upper bound `hi`.
+pub fn within_hi(key: &[u8], hi: &Bound<Vec<u8>>) -> bool {
+    match hi {
+        Bound::Included(h) => key <= h.as_slice(),
+        Bound::Excluded(h) => key < h.as_slice(),
         Bound::Unbounded => true,
-    };
-    above_lo && below_hi
+    }
 }
 
 /// The positions of `parts` whose key ranges meet the bounds `lo..hi`, in reading order

@@ -4,7 +4,7 @@
 mod concat;
 mod prime;
 
-pub use self::concat::{parts_meeting, range_meets, Concat, Parts};
+pub use self::concat::{parts_meeting, range_meets, within_hi, Concat, Parts};
 pub use self::prime::{prime, start_pool};
 
 use std::cmp::Ordering;

@@ -7,6 +7,7 @@ use super::format::{Fence, Node};
 use super::{Readahead, Run};
 use crate::entry::{Entry, MAX_SEQ};
 use crate::error::Result;
+use crate::merge::within_hi;
 use crate::storage::Purpose;
 
 /// A position in the tree: one (node, item index) per level, root first, leaf last. The leaf
@@ -192,7 +193,7 @@ impl Cursor {
         let Some((leaf, i)) = self.path.last() else {
             return Ok(false);
         };
-        if *i + 1 != leaf.count {
+        if *i + 1 != leaf.count || matches!(hi, Bound::Unbounded) {
             return Ok(false);
         }
         let above = self.path[..self.path.len() - 1]
@@ -204,11 +205,7 @@ impl Cursor {
             return Ok(false);
         };
         let (sep, _) = node.key_seq(j + 1)?;
-        Ok(match hi {
-            Bound::Unbounded => false,
-            Bound::Included(h) => sep > h.as_slice(),
-            Bound::Excluded(h) => sep >= h.as_slice(),
-        })
+        Ok(!within_hi(sep, hi))
     }
 
     /// When the leaf index is past the leaf's end, moves to the first entry of the next leaf.
@@ -362,11 +359,7 @@ impl RunIter {
 
     fn in_bounds(&self, key: &[u8]) -> bool {
         if !self.reverse {
-            match &self.hi {
-                Bound::Unbounded => true,
-                Bound::Included(h) => key <= h.as_slice(),
-                Bound::Excluded(h) => key < h.as_slice(),
-            }
+            within_hi(key, &self.hi)
         } else {
             match &self.lo {
                 Bound::Unbounded => true,

@@ -954,11 +954,7 @@ impl Run {
             return Ok(false);
         }
         let (sep, _) = node.key_seq(i + 1)?;
-        Ok(match hi {
-            Bound::Unbounded => true,
-            Bound::Included(h) => sep <= h.as_slice(),
-            Bound::Excluded(h) => sep < h.as_slice(),
-        })
+        Ok(crate::merge::within_hi(sep, hi))
     }
 
     /// [`Run::child_node`] for a forward scan: a data page comes through `ahead` when the scan

@@ -236,17 +236,10 @@ impl PageFile {
             Some(Probe::Miss(s)) => s,
             _ => return self.read_missed(page, spare, purpose, class),
         };
-        let mut both = AlignedBuf::for_overwrite(2 * PAGE_SIZE);
-        read_pages(&*self.file, &self.counters, page - 1, &mut both, purpose)?;
-        let (before, this) = both.split_at(PAGE_SIZE);
-        verify_pages(&self.stamps, page, this)?;
-        let p = page_ref(spare, this);
-        self.cache.insert_as(page, p.clone(), class);
-        if verify_pages(&self.stamps, page - 1, before).is_ok() {
+        self.read_pair(page, page - 1, spare, purpose, class, |before| {
             self.cache
                 .insert_as(page - 1, page_ref(before_spare, before), PageClass::Data);
-        }
-        Ok(p)
+        })
     }
 
     /// [`read`](PageFile::read) of data page `page`, reading page `page + 1` with it, in one
@@ -262,14 +255,33 @@ impl PageFile {
         if self.cache.holds(page + 1) {
             return self.read_missed(page, spare, purpose, PageClass::Data);
         }
-        let mut both = AlignedBuf::for_overwrite(2 * PAGE_SIZE);
-        read_pages(&*self.file, &self.counters, page, &mut both, purpose)?;
-        let (this, next) = both.split_at(PAGE_SIZE);
-        verify_pages(&self.stamps, page, this)?;
-        let p = page_ref(spare, this);
-        self.cache.insert_as(page, p.clone(), PageClass::Data);
-        if verify_pages(&self.stamps, page + 1, next).is_ok() {
+        self.read_pair(page, page + 1, spare, purpose, PageClass::Data, |next| {
             self.cache.insert_ahead(page + 1, page_ref(None, next));
+        })
+    }
+
+    /// Reads page `page`, which the cache missed, and its neighbour `other` (the page before or
+    /// after it) in one device request; caches `page` as `class` (in `spare`, the shard's spare
+    /// buffer, if it had one) and returns it. `other`'s bytes go to `keep` if they verify: a
+    /// damaged neighbour fails the read that needs it, not this one.
+    fn read_pair(
+        &self,
+        page: u64,
+        other: u64,
+        spare: Option<PageRef>,
+        purpose: Purpose,
+        class: PageClass,
+        keep: impl FnOnce(&[u8]),
+    ) -> Result<PageRef> {
+        let start = page.min(other);
+        let mut both = AlignedBuf::for_overwrite(2 * PAGE_SIZE);
+        read_pages(&*self.file, &self.counters, start, &mut both, purpose)?;
+        let at = |n: u64| &both[(n - start) as usize * PAGE_SIZE..][..PAGE_SIZE];
+        verify_pages(&self.stamps, page, at(page))?;
+        let p = page_ref(spare, at(page));
+        self.cache.insert_as(page, p.clone(), class);
+        if verify_pages(&self.stamps, other, at(other)).is_ok() {
+            keep(at(other));
         }
         Ok(p)
     }
