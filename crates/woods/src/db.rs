@@ -5,7 +5,7 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -73,6 +73,8 @@ struct WaitCounters {
     rotation_stall_max_ns: AtomicU64,
     rotation_debt_max: AtomicU64,
     rotation_work_max: AtomicU64,
+    rotation_queues: AtomicU64,
+    rotation_queue_debt_max: AtomicU64,
     commit_waits: AtomicU64,
     commit_wait_max_ns: AtomicU64,
     pace_waits: AtomicU64,
@@ -94,6 +96,8 @@ impl WaitCounters {
             ("rotation_stall_max_ns", &self.rotation_stall_max_ns),
             ("rotation_debt_max", &self.rotation_debt_max),
             ("rotation_work_max", &self.rotation_work_max),
+            ("rotation_queues", &self.rotation_queues),
+            ("rotation_queue_debt_max", &self.rotation_queue_debt_max),
             ("commit_waits", &self.commit_waits),
             ("commit_wait_max_ns", &self.commit_wait_max_ns),
             ("pace_waits", &self.pace_waits),
@@ -241,9 +245,11 @@ impl CheckReport {
 
 struct MemState {
     active: Arc<Memtable>,
-    /// Frozen memtables handed to the index but not yet published there
-    /// ([`Index::published_seq`]), oldest first.
+    /// Frozen memtables not yet published by the index ([`Index::published_seq`]), oldest
+    /// first: those handed to it, then the `queued` newest, frozen while the index still had
+    /// debt and not yet handed to it ([`Inner::absorb_queued`]).
     frozen: Vec<Arc<Memtable>>,
+    queued: usize,
 }
 
 struct WriterState {
@@ -296,6 +302,9 @@ struct Inner {
     /// the memtable (`Inner::on_schedule`).
     sched_debt: AtomicU64,
     sched_room: AtomicU64,
+    /// Where the schedule's line reaches zero: the room left then (negative: past the active
+    /// memtable's end).
+    sched_end: AtomicI64,
     /// Steps of index work the background threads have finished since open.
     bg_steps: AtomicU64,
     /// Background threads inside a step of index work now ([`Db::drain`] waits for them).
@@ -314,6 +323,10 @@ struct Inner {
     fruitless_at: AtomicU64,
     /// Whether writers pace by debt (every kind but `lsm`, which keeps LevelDB's stall rules).
     paced: bool,
+    /// `MemState::queued`, read without the lock (written under it).
+    queued: AtomicUsize,
+    /// Held while a memtable is handed to the index, so that they are handed over in order.
+    absorb_lock: Mutex<()>,
     io: Arc<IoCounters>,
     _lock: Box<dyn Any + Send + Sync>,
 }
@@ -800,6 +813,7 @@ impl Db {
             mems: RwLock::new(MemState {
                 active: Arc::new(Memtable::new(0)),
                 frozen: Vec::new(),
+                queued: 0,
             }),
             visible: AtomicU64::new(last_seq),
             inserted: Mutex::new(Default::default()),
@@ -821,12 +835,15 @@ impl Db {
             pace_owed: AtomicU64::new(0),
             sched_debt: AtomicU64::new(0),
             sched_room: AtomicU64::new(0),
+            sched_end: AtomicI64::new((opts.memtable_bytes / 16) as i64),
             bg_steps: AtomicU64::new(0),
             bg_stepping: AtomicU64::new(0),
             fruitless_at: AtomicU64::new(u64::MAX),
             retired_logs: Mutex::new(Vec::new()),
             released_seq: AtomicU64::new(0),
             paced,
+            queued: AtomicUsize::new(0),
+            absorb_lock: Mutex::new(()),
             io,
             _lock: lock,
             opts: opts.clone(),
@@ -1491,6 +1508,9 @@ impl Inner {
             return Ok(0);
         }
         let mut debt = self.index.debt();
+        if debt == 0 && self.absorb_queued()? {
+            debt = self.index.debt();
+        }
         if debt == 0 {
             self.pace_owed.store(0, Ordering::Relaxed);
             return Ok(0);
@@ -1514,7 +1534,8 @@ impl Inner {
         let threads = self.opts.background_threads > 0;
         // In the memtable's last sixteenth with debt left, writers wait on every write, each
         // wait at most `PACE_WAIT`: what is left of the debt is worked off by the threads before
-        // the memtable fills rather than by one writer at the rotation.
+        // the memtable fills rather than by one writer at the rotation (or, where the threads
+        // are held longer than that, queued at the rotation with what is left: `make_room`).
         let far = threads && room <= self.schedule_margin();
         // (What is behind never exceeds what is owed: it is what is behind that must be worth
         // a step, or be the whole debt.)
@@ -1611,25 +1632,31 @@ impl Inner {
 
     /// The pacing schedule at `room` bytes of the active memtable left: a straight line from
     /// the debt when the schedule started to zero when the room left is a sixteenth of the
-    /// memtable (slack for the last writes, which may not all fit). A debt above the schedule's
-    /// start (new work, or the first write after open) starts a new schedule.
+    /// memtable (slack for the last writes, which may not all fit), or where a queued
+    /// memtable's schedule ends instead (`Inner::absorb_queued`, `Inner::make_room`). A debt
+    /// above the schedule's start (new work, or the first write after open) starts a new
+    /// schedule.
     fn on_schedule(&self, debt: u64, room: u64) -> Schedule {
         let margin = self.schedule_margin();
         let mut d0 = self.sched_debt.load(Ordering::Relaxed);
         let mut r0 = self.sched_room.load(Ordering::Relaxed);
+        let mut end = self.sched_end.load(Ordering::Relaxed);
         if debt > d0 || room > r0 {
             if room <= r0 {
                 let w = &self.counters.waits;
                 w.schedule_rises.fetch_add(1, Ordering::Relaxed);
                 w.schedule_rise_max.fetch_max(debt - d0, Ordering::Relaxed);
+            } else {
+                // A rotation this thread did not see: the usual end.
+                end = margin as i64;
             }
-            self.start_schedule(debt, room);
+            self.start_schedule(debt, room, end);
             (d0, r0) = (debt, room);
         }
-        let left = room.saturating_sub(margin) as u128;
+        let left = (room as i128 - end as i128).max(0) as u128;
         // A schedule started inside the margin (debt that arrived late) spreads over the
         // margin instead, as the room-proportional credit does.
-        let span = r0.saturating_sub(margin).max(margin).max(1);
+        let span = (r0 as i128 - end as i128).max(margin as i128).max(1) as u64;
         Schedule {
             allowed: (d0 as u128 * left.min(span as u128) / span as u128) as u64,
             debt: d0,
@@ -1637,9 +1664,12 @@ impl Inner {
         }
     }
 
-    fn start_schedule(&self, debt: u64, room: u64) {
+    /// Starts a pacing schedule from `debt` at `room` bytes of the active memtable left, to
+    /// reach zero at `end` bytes left (negative: past the memtable's end).
+    fn start_schedule(&self, debt: u64, room: u64, end: i64) {
         self.sched_debt.store(debt, Ordering::Relaxed);
         self.sched_room.store(room, Ordering::Relaxed);
+        self.sched_end.store(end, Ordering::Relaxed);
         self.counters
             .schedule_debt_max
             .fetch_max(debt, Ordering::Relaxed);
@@ -1662,6 +1692,7 @@ impl Inner {
         self.check_failed()?;
         let r = self.index.work(budget);
         let done = self.note(r)?;
+        self.absorb_queued()?;
         self.reap()?;
         Ok(done)
     }
@@ -1696,6 +1727,7 @@ impl Inner {
         };
         let done = self.note(r)?;
         if done.is_some() {
+            self.absorb_queued()?;
             self.release_memtables();
         }
         Ok(done)
@@ -1740,8 +1772,13 @@ impl Inner {
             crate::pause::point("db.room.after_debt");
             if debt == 0 {
                 self.release_memtables();
+                if self.queued.load(Ordering::Acquire) > 0 {
+                    // A memtable frozen earlier goes to the index first; then look again.
+                    self.absorb_queued()?;
+                    continue;
+                }
                 if idle || self.pending(&self.mems.read()) < MAX_PENDING_MEMTABLES {
-                    self.rotate_memtable(&mut w)?;
+                    self.rotate_memtable(&mut w, false)?;
                     drop(w);
                     if waited {
                         self.record_stall(t);
@@ -1756,6 +1793,27 @@ impl Inner {
                             c.commit_wait_max_ns
                                 .fetch_max(elapsed_ns(t), Ordering::Relaxed);
                         }
+                    }
+                    return Ok(done);
+                }
+            }
+            if writing && self.may_queue() {
+                self.release_memtables();
+                if self.pending(&self.mems.read()) < MAX_PENDING_MEMTABLES {
+                    // Debt left, but room for one more frozen memtable: it waits, readable,
+                    // for the index to finish (the background threads hand it over then), and
+                    // the writer goes on into a new one rather than work off the rest itself.
+                    self.rotate_memtable(&mut w, true)?;
+                    drop(w);
+                    let c = &self.counters.waits;
+                    c.rotation_queues.fetch_add(1, Ordering::Relaxed);
+                    c.rotation_queue_debt_max.fetch_max(debt, Ordering::Relaxed);
+                    if waited {
+                        self.record_stall(t);
+                        c.rotation_stalls.fetch_add(1, Ordering::Relaxed);
+                        c.rotation_stall_max_ns
+                            .fetch_max(elapsed_ns(t), Ordering::Relaxed);
+                        c.rotation_work_max.fetch_max(done, Ordering::Relaxed);
                     }
                     return Ok(done);
                 }
@@ -1787,9 +1845,60 @@ impl Inner {
         }
     }
 
-    /// Freezes the active memtable, hands it to the index and starts a new one (and a new log
-    /// file, `wal_number`, when logging).
-    fn rotate_memtable(&self, w: &mut WriterState) -> Result<()> {
+    /// Whether a writer that finds the memtable full with debt left may freeze it without
+    /// handing it to the index ([`Inner::absorb_queued`]): kinds paced by debt, with background
+    /// threads to hand it over. (Without threads the writer does the work either way; `lsm`
+    /// keeps LevelDB's rule of one immutable memtable.)
+    fn may_queue(&self) -> bool {
+        self.paced && self.opts.background_threads > 0
+    }
+
+    /// Hands the oldest queued frozen memtable to the index if it has no debt left; returns
+    /// whether it did. The pacing schedule restarts from the new debt over the active
+    /// memtable's room.
+    fn absorb_queued(&self) -> Result<bool> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return Ok(false);
+        }
+        let _g = self.absorb_lock.lock();
+        if self.index.debt() != 0 {
+            return Ok(false);
+        }
+        let next = {
+            let m = self.mems.read();
+            (m.queued > 0).then(|| m.frozen[m.frozen.len() - m.queued].clone())
+        };
+        let Some(mem) = next else {
+            return Ok(false);
+        };
+        crate::pause::point("db.absorb_queued.before_absorb");
+        // Handed over before it leaves the queue: a rotation that finds the queue empty then
+        // finds the index holding it.
+        let r = self.index.absorb(mem);
+        self.note(r)?;
+        {
+            let mut m = self.mems.write();
+            m.queued -= 1;
+            self.queued.store(m.queued, Ordering::Release);
+        }
+        // Its job's schedule reaches zero half a memtable past the active one's end: the
+        // rotation there queues the active memtable with what is left, and that rest is due
+        // by the next memtable's middle (`rotate_memtable`), when this queue's next memtable
+        // can follow. A job handed over late in a memtable then takes a line at most 15/8 as
+        // steep as one taken at a memtable's start, not one over what is left of this one.
+        self.start_schedule(
+            self.index.debt(),
+            self.room(),
+            -((self.opts.memtable_bytes / 2) as i64),
+        );
+        self.work_cv.notify_all();
+        Ok(true)
+    }
+
+    /// Freezes the active memtable, hands it to the index (or, with `queue`, leaves it queued
+    /// for [`Inner::absorb_queued`]) and starts a new one (and a new log file, `wal_number`,
+    /// when logging).
+    fn rotate_memtable(&self, w: &mut WriterState, queue: bool) -> Result<()> {
         // Writers that took sequence numbers before this point insert into the active memtable
         // outside the writer lock: it is complete once they have all published.
         self.wait_visible(w.last_seq);
@@ -1810,6 +1919,10 @@ impl Inner {
             }));
             let old = std::mem::replace(&mut m.active, new);
             m.frozen.push(old.clone());
+            if queue {
+                m.queued += 1;
+                self.queued.store(m.queued, Ordering::Release);
+            }
             let c = &self.counters;
             c.memtables_max
                 .fetch_max(1 + m.frozen.len() as u64, Ordering::Relaxed);
@@ -1820,11 +1933,22 @@ impl Inner {
         self.counters
             .memtable_switches
             .fetch_add(1, Ordering::Relaxed);
-        crate::pause::point("db.rotate.before_absorb");
-        let r = self.index.absorb(old);
-        self.note(r)?;
-        // A new pacing schedule: the absorbed memtable's work, over the new memtable's room.
-        self.start_schedule(self.index.debt(), self.opts.memtable_bytes);
+        if !queue {
+            crate::pause::point("db.rotate.before_absorb");
+            let _g = self.absorb_lock.lock();
+            let r = self.index.absorb(old);
+            self.note(r)?;
+        }
+        // A new pacing schedule: the absorbed memtable's work over the new memtable's room;
+        // with the memtable queued, what is left of the debt over half of it, so that the
+        // queued memtable is handed over in time for its own job to be done by the next
+        // rotation (else that one finds the cap taken and stalls).
+        let end = if queue {
+            self.opts.memtable_bytes / 2
+        } else {
+            self.schedule_margin()
+        };
+        self.start_schedule(self.index.debt(), self.opts.memtable_bytes, end as i64);
         self.work_cv.notify_all();
         Ok(())
     }
@@ -1945,7 +2069,7 @@ impl Inner {
                 let _w = self.writer.lock();
                 // What a concurrent writer's rotation handed over is wanted durable too.
                 self.index.request_flush();
-                if self.index.background_work() {
+                if self.index.background_work() || self.queued.load(Ordering::Acquire) > 0 {
                     continue;
                 }
                 self.reap()?;
@@ -1977,6 +2101,8 @@ impl Inner {
             }
             let failed = self.failure.is_tripped();
             if !failed {
+                // A memtable queued at a rotation, once the index has no debt left.
+                let _ = self.absorb_queued();
                 // What the index made durable since (its committer thread may have done so
                 // after this thread's last step), and the log files writers left to the threads.
                 let _ = self.note(self.reap());

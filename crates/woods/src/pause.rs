@@ -23,6 +23,7 @@ pub const POINTS: &[&str] = &[
     // The Db: rotation, release of memtables and log files, reads.
     "db.room.after_debt",
     "db.rotate.before_absorb",
+    "db.absorb_queued.before_absorb",
     "db.release.after_published",
     "db.logs.after_durable",
     "db.get.after_memtables",
