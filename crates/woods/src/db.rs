@@ -1768,11 +1768,16 @@ impl Inner {
                 }
                 return Ok(done);
             }
+            // The queue before the debt: it grows only under the writer lock, held here, and
+            // shrinks only once its memtable is handed over, so a queue found empty means the
+            // debt read next counts every hand-over (read the other way round, a hand-over
+            // between the two reads would let this rotation absorb while there is debt).
+            let queued = self.queued.load(Ordering::Acquire);
             let debt = self.index.debt();
             crate::pause::point("db.room.after_debt");
             if debt == 0 {
                 self.release_memtables();
-                if self.queued.load(Ordering::Acquire) > 0 {
+                if queued > 0 {
                     // A memtable frozen earlier goes to the index first; then look again.
                     self.absorb_queued()?;
                     continue;
@@ -1797,7 +1802,7 @@ impl Inner {
                     return Ok(done);
                 }
             }
-            if writing && self.may_queue() {
+            if writing && debt > 0 && self.may_queue() {
                 self.release_memtables();
                 if self.pending(&self.mems.read()) < MAX_PENDING_MEMTABLES {
                     // Debt left, but room for one more frozen memtable: it waits, readable,
@@ -2069,7 +2074,10 @@ impl Inner {
                 let _w = self.writer.lock();
                 // What a concurrent writer's rotation handed over is wanted durable too.
                 self.index.request_flush();
-                if self.index.background_work() || self.queued.load(Ordering::Acquire) > 0 {
+                // The queue first, as in `make_room`: a hand-over between the two reads
+                // shows as the debt it brings.
+                let queued = self.queued.load(Ordering::Acquire);
+                if queued > 0 || self.index.background_work() {
                     continue;
                 }
                 self.reap()?;
