@@ -246,10 +246,9 @@ impl CheckReport {
 struct MemState {
     active: Arc<Memtable>,
     /// Frozen memtables not yet published by the index ([`Index::published_seq`]), oldest
-    /// first: those handed to it, then the `queued` newest, frozen while the index still had
-    /// debt and not yet handed to it ([`Inner::absorb_queued`]).
+    /// first: those handed to it, then the `Inner::queued` newest, frozen while the index still
+    /// had debt and not yet handed to it ([`Inner::absorb_queued`]).
     frozen: Vec<Arc<Memtable>>,
-    queued: usize,
 }
 
 struct WriterState {
@@ -323,7 +322,9 @@ struct Inner {
     fruitless_at: AtomicU64,
     /// Whether writers pace by debt (every kind but `lsm`, which keeps LevelDB's stall rules).
     paced: bool,
-    /// `MemState::queued`, read without the lock (written under it).
+    /// How many of the newest frozen memtables are queued, not yet handed to the index:
+    /// changed only under `mems`' write lock (so it and `MemState::frozen` agree under either
+    /// lock), and read without it where only whether it is 0 matters.
     queued: AtomicUsize,
     /// Held while a memtable is handed to the index, so that they are handed over in order.
     absorb_lock: Mutex<()>,
@@ -813,7 +814,6 @@ impl Db {
             mems: RwLock::new(MemState {
                 active: Arc::new(Memtable::new(0)),
                 frozen: Vec::new(),
-                queued: 0,
             }),
             visible: AtomicU64::new(last_seq),
             inserted: Mutex::new(Default::default()),
@@ -1786,18 +1786,7 @@ impl Inner {
                     self.rotate_memtable(&mut w, false)?;
                     drop(w);
                     if waited {
-                        self.record_stall(t);
-                        let c = &self.counters.waits;
-                        if found_debt {
-                            c.rotation_stalls.fetch_add(1, Ordering::Relaxed);
-                            c.rotation_stall_max_ns
-                                .fetch_max(elapsed_ns(t), Ordering::Relaxed);
-                            c.rotation_work_max.fetch_max(done, Ordering::Relaxed);
-                        } else {
-                            c.commit_waits.fetch_add(1, Ordering::Relaxed);
-                            c.commit_wait_max_ns
-                                .fetch_max(elapsed_ns(t), Ordering::Relaxed);
-                        }
+                        self.record_rotation_wait(t, found_debt, done);
                     }
                     return Ok(done);
                 }
@@ -1814,11 +1803,7 @@ impl Inner {
                     c.rotation_queues.fetch_add(1, Ordering::Relaxed);
                     c.rotation_queue_debt_max.fetch_max(debt, Ordering::Relaxed);
                     if waited {
-                        self.record_stall(t);
-                        c.rotation_stalls.fetch_add(1, Ordering::Relaxed);
-                        c.rotation_stall_max_ns
-                            .fetch_max(elapsed_ns(t), Ordering::Relaxed);
-                        c.rotation_work_max.fetch_max(done, Ordering::Relaxed);
+                        self.record_rotation_wait(t, true, done);
                     }
                     return Ok(done);
                 }
@@ -1850,6 +1835,24 @@ impl Inner {
         }
     }
 
+    /// Counts the wait of a writer whose rotation, begun at `t`, waited: a stall, and a rotation
+    /// stall (with the `done` units of work it did) when it found debt, else a wait for a
+    /// commit.
+    fn record_rotation_wait(&self, t: Instant, found_debt: bool, done: u64) {
+        self.record_stall(t);
+        let c = &self.counters.waits;
+        if found_debt {
+            c.rotation_stalls.fetch_add(1, Ordering::Relaxed);
+            c.rotation_stall_max_ns
+                .fetch_max(elapsed_ns(t), Ordering::Relaxed);
+            c.rotation_work_max.fetch_max(done, Ordering::Relaxed);
+        } else {
+            c.commit_waits.fetch_add(1, Ordering::Relaxed);
+            c.commit_wait_max_ns
+                .fetch_max(elapsed_ns(t), Ordering::Relaxed);
+        }
+    }
+
     /// Whether a writer that finds the memtable full with debt left may freeze it without
     /// handing it to the index ([`Inner::absorb_queued`]): kinds paced by debt, with background
     /// threads to hand it over. (Without threads the writer does the work either way; `lsm`
@@ -1871,7 +1874,8 @@ impl Inner {
         }
         let next = {
             let m = self.mems.read();
-            (m.queued > 0).then(|| m.frozen[m.frozen.len() - m.queued].clone())
+            let queued = self.queued.load(Ordering::Acquire);
+            (queued > 0).then(|| m.frozen[m.frozen.len() - queued].clone())
         };
         let Some(mem) = next else {
             return Ok(false);
@@ -1882,9 +1886,8 @@ impl Inner {
         let r = self.index.absorb(mem);
         self.note(r)?;
         {
-            let mut m = self.mems.write();
-            m.queued -= 1;
-            self.queued.store(m.queued, Ordering::Release);
+            let _m = self.mems.write();
+            self.queued.fetch_sub(1, Ordering::AcqRel);
         }
         // Its job's schedule reaches zero half a memtable past the active one's end: the
         // rotation there queues the active memtable with what is left, and that rest is due
@@ -1925,8 +1928,7 @@ impl Inner {
             let old = std::mem::replace(&mut m.active, new);
             m.frozen.push(old.clone());
             if queue {
-                m.queued += 1;
-                self.queued.store(m.queued, Ordering::Release);
+                self.queued.fetch_add(1, Ordering::AcqRel);
             }
             let c = &self.counters;
             c.memtables_max
