@@ -83,6 +83,8 @@ struct WaitCounters {
     pace_works: AtomicU64,
     pace_work_max_ns: AtomicU64,
     pace_work_units_max: AtomicU64,
+    pace_throttles: AtomicU64,
+    pace_throttle_max_ns: AtomicU64,
     schedule_rises: AtomicU64,
     schedule_rise_max: AtomicU64,
     slowdown_sleeps: AtomicU64,
@@ -106,6 +108,8 @@ impl WaitCounters {
             ("pace_works", &self.pace_works),
             ("pace_work_max_ns", &self.pace_work_max_ns),
             ("pace_work_units_max", &self.pace_work_units_max),
+            ("pace_throttles", &self.pace_throttles),
+            ("pace_throttle_max_ns", &self.pace_throttle_max_ns),
             ("schedule_rises", &self.schedule_rises),
             ("schedule_rise_max", &self.schedule_rise_max),
             ("slowdown_sleeps", &self.slowdown_sleeps),
@@ -308,6 +312,9 @@ struct Inner {
     bg_steps: AtomicU64,
     /// Background threads inside a step of index work now ([`Db::drain`] waits for them).
     bg_stepping: AtomicU64,
+    /// Background threads held now at [`Options::background_gate`] (tests): while all are, a
+    /// writer behind the schedule does its share itself rather than wait ([`Inner::throttle`]).
+    bg_gated: AtomicU64,
     /// The log files of memtables dropped once the index published them, with each memtable's
     /// newest sequence number, oldest first: a file goes once the index holds its memtable
     /// durably ([`Index::durable_seq`]), and a writer leaves its removal (and the directory
@@ -424,6 +431,13 @@ const COMMIT_WAIT: Duration = Duration::from_millis(10);
 
 /// The longest a writer behind the pacing schedule waits for background work per write.
 const PACE_WAIT: Duration = Duration::from_millis(1);
+
+/// The longest a writer just behind the pacing schedule waits, in `PACE_WAIT`s, for the
+/// background threads to bring the debt back to it, while a rotation could still queue the
+/// memtable ([`Inner::throttle`]); `THROTTLE_WAIT_FAR` once it is a quarter of the schedule's
+/// start debt behind, and in proportion between.
+const THROTTLE_WAIT: Duration = Duration::from_millis(2);
+const THROTTLE_WAIT_FAR: Duration = Duration::from_millis(6);
 
 /// Where the pacing schedule stands ([`Inner::on_schedule`]).
 #[derive(Clone, Copy, Debug)]
@@ -838,6 +852,7 @@ impl Db {
             sched_end: AtomicI64::new((opts.memtable_bytes / 16) as i64),
             bg_steps: AtomicU64::new(0),
             bg_stepping: AtomicU64::new(0),
+            bg_gated: AtomicU64::new(0),
             fruitless_at: AtomicU64::new(u64::MAX),
             retired_logs: Mutex::new(Vec::new()),
             released_seq: AtomicU64::new(0),
@@ -1542,6 +1557,13 @@ impl Inner {
         if !far && owed.min(behind) < step.min(debt) {
             return Ok(0);
         }
+        // While the queue has room, the threads do every step and the writer only waits.
+        if threads
+            && self.bg_gated.load(Ordering::Acquire) < self.opts.background_threads as u64
+            && self.may_queue_now()
+        {
+            return self.throttle(far, step, behind, sched);
+        }
         let t = Instant::now();
         let mut waited = false;
         let steps = self.bg_steps.load(Ordering::Acquire);
@@ -1605,6 +1627,49 @@ impl Inner {
             self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
         }
         Ok(done)
+    }
+
+    /// A writer behind the schedule while the background threads run (not all held at their
+    /// gate) and a rotation could queue the memtable: it leaves the work to the threads and
+    /// waits for them instead, until the debt is back within a step of the schedule, at most
+    /// from `THROTTLE_WAIT` to `THROTTLE_WAIT_FAR` by how far behind it is (in the memtable's
+    /// last sixteenth one `PACE_WAIT`). A step the device holds up (its reads behind a sync)
+    /// then holds up no writer beyond that, where a writer that took the step itself waited for
+    /// the device as long (issue 19: up to 503 ms); the debt the threads have not done by the
+    /// memtable's end goes with it into the queue. Once a memtable is queued, writers behind do
+    /// their share again (`Inner::pace`), so the queue is never more than one memtable.
+    fn throttle(&self, far: bool, step: u64, behind: u64, sched: Schedule) -> Result<u64> {
+        let t = Instant::now();
+        let cap = if far {
+            PACE_WAIT
+        } else {
+            // From THROTTLE_WAIT just behind to THROTTLE_WAIT_FAR a quarter of the start debt
+            // behind: the further the threads have fallen behind, the slower the writers go.
+            let lag = (4 * behind as u128).min(sched.debt as u128);
+            let extra =
+                (THROTTLE_WAIT_FAR - THROTTLE_WAIT).as_nanos() * lag / (sched.debt as u128).max(1);
+            THROTTLE_WAIT + Duration::from_nanos(extra as u64)
+        };
+        loop {
+            self.wait_for_progress();
+            let debt = self.index.debt();
+            if debt == 0 {
+                break;
+            }
+            let behind = debt.saturating_sub(self.on_schedule(debt, self.room()).allowed);
+            if behind < step.min(debt) || t.elapsed() >= cap {
+                break;
+            }
+        }
+        self.pace_owed.store(0, Ordering::Relaxed);
+        let ns = elapsed_ns(t);
+        let w = &self.counters.waits;
+        w.pace_throttles.fetch_add(1, Ordering::Relaxed);
+        w.pace_throttle_max_ns.fetch_max(ns, Ordering::Relaxed);
+        self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
+        self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
+        self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
+        Ok(0)
     }
 
     /// Waits, at most `PACE_WAIT`, for the background threads' next wake-up of the writers.
@@ -1859,6 +1924,13 @@ impl Inner {
     /// keeps LevelDB's rule of one immutable memtable.)
     fn may_queue(&self) -> bool {
         self.paced && self.opts.background_threads > 0
+    }
+
+    /// Whether a rotation could still queue the active memtable: none is queued yet. (The cap
+    /// of pending memtables may be reached now, by memtables whose commit is under way: they
+    /// are usually committed long before the active one fills.)
+    fn may_queue_now(&self) -> bool {
+        self.may_queue() && self.queued.load(Ordering::Acquire) == 0
     }
 
     /// Hands the oldest queued frozen memtable to the index if it has no debt left; returns
@@ -2134,7 +2206,10 @@ impl Inner {
             }
             idle_since = None;
             if let Some(g) = &self.opts.background_gate {
-                if !g.pass(&self.shutdown) {
+                self.bg_gated.fetch_add(1, Ordering::AcqRel);
+                let pass = g.pass(&self.shutdown);
+                self.bg_gated.fetch_sub(1, Ordering::AcqRel);
+                if !pass {
                     return;
                 }
             }
