@@ -21,15 +21,11 @@ use woods::{db::BackgroundGate, Db, IndexKind, Options, WriteBatch};
 const MEMTABLE: u64 = 1 << 20;
 
 fn key(i: u64, seed: u64) -> [u8; 8] {
-    // splitmix64 of the index: random keys, replayable from the seed.
-    let mut z = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)).to_be_bytes()
+    common::random_key(seed, i)
 }
 
 fn value(i: u64) -> Vec<u8> {
-    [i.to_le_bytes(), i.to_be_bytes()].concat()
+    common::index_value(i)
 }
 
 fn check(name: &str, kind: IndexKind) {
@@ -86,15 +82,7 @@ fn check(name: &str, kind: IndexKind) {
     }
     assert!(db.stats().pending_memtables_max <= woods::db::MAX_PENDING_MEMTABLES);
     // Every write is readable, whether its memtable is active, queued or in the index.
-    let read_all = |db: &Db, when: &str| {
-        for i in 0..n {
-            assert_eq!(
-                db.get(key(i, seed)).expect("get"),
-                Some(value(i)),
-                "{name}: key {i} lost {when}; WOODS_SEED={seed}"
-            );
-        }
-    };
+    let read_all = |db: &Db, when: &str| common::assert_random_writes(db, n, seed, name, when);
     read_all(&db, "with the thread held");
     // The thread takes over, the close drains the queue, and everything is in the index.
     gate.open();

@@ -215,6 +215,32 @@ pub fn seed(test: &str) -> u64 {
     s
 }
 
+/// The `i`-th random 8-byte key of `seed` (splitmix64 of the index): random keys, replayable
+/// from the seed.
+pub fn random_key(seed: u64, i: u64) -> [u8; 8] {
+    let mut z = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)).to_be_bytes()
+}
+
+/// A 16-byte value that names its index `i` (little- then big-endian).
+pub fn index_value(i: u64) -> Vec<u8> {
+    [i.to_le_bytes(), i.to_be_bytes()].concat()
+}
+
+/// Asserts that the writes `0..n` of [`random_key`] and [`index_value`] all read back; `name`
+/// and `when` name the test and the moment in the failure's message.
+pub fn assert_random_writes(db: &Db, n: u64, seed: u64, name: &str, when: &str) {
+    for i in 0..n {
+        assert_eq!(
+            db.get(random_key(seed, i)).expect("get"),
+            Some(index_value(i)),
+            "{name}: key {i} lost {when}; WOODS_SEED={seed}"
+        );
+    }
+}
+
 /// How much larger than CI scale to run (WOODS_SCALE, default 1).
 pub fn scale() -> u64 {
     std::env::var("WOODS_SCALE")
