@@ -1560,7 +1560,7 @@ impl Inner {
         // While the queue has room, the threads do every step and the writer only waits.
         if threads
             && self.bg_gated.load(Ordering::Acquire) < self.opts.background_threads as u64
-            && self.may_queue_now()
+            && self.may_queue_now(far)
         {
             return self.throttle(far, step, behind, sched);
         }
@@ -1636,8 +1636,9 @@ impl Inner {
     /// last sixteenth one `PACE_WAIT`). A step the device holds up (its reads behind a sync)
     /// then holds up no writer beyond that, where a writer that took the step itself waited for
     /// the device as long (issue 19: up to 503 ms); the debt the threads have not done by the
-    /// memtable's end goes with it into the queue. Once a memtable is queued, writers behind do
-    /// their share again (`Inner::pace`), so the queue is never more than one memtable.
+    /// memtable's end goes with it into the queue. Once a memtable is queued (or, in the last
+    /// sixteenth, the cap of pending memtables is reached), writers behind do their shares
+    /// again, as in `Inner::pace`.
     fn throttle(&self, far: bool, step: u64, behind: u64, sched: Schedule) -> Result<u64> {
         let t = Instant::now();
         let cap = if far {
@@ -1926,11 +1927,16 @@ impl Inner {
         self.paced && self.opts.background_threads > 0
     }
 
-    /// Whether a rotation could still queue the active memtable: none is queued yet. (The cap
-    /// of pending memtables may be reached now, by memtables whose commit is under way: they
-    /// are usually committed long before the active one fills.)
-    fn may_queue_now(&self) -> bool {
-        self.may_queue() && self.queued.load(Ordering::Acquire) == 0
+    /// Whether the rotation at the active memtable's end could queue it, as a writer's pacing
+    /// sees it: none is queued yet, and, in the memtable's last sixteenth (`far`), the cap of
+    /// pending memtables is not reached. Before that the cap is not looked at: memtables whose
+    /// commit is under way are usually committed long before the active one fills. At the cap
+    /// in the last sixteenth the writers do their shares as before, or the rotation, unable to
+    /// queue, would work off all that the throttled writers left.
+    fn may_queue_now(&self, far: bool) -> bool {
+        self.may_queue()
+            && self.queued.load(Ordering::Acquire) == 0
+            && (!far || self.pending(&self.mems.read()) < MAX_PENDING_MEMTABLES)
     }
 
     /// Hands the oldest queued frozen memtable to the index if it has no debt left; returns
