@@ -1558,8 +1558,7 @@ impl Inner {
             return Ok(0);
         }
         // While the queue has room, the threads do every step and the writer only waits.
-        if threads
-            && self.bg_gated.load(Ordering::Acquire) < self.opts.background_threads as u64
+        if self.bg_gated.load(Ordering::Acquire) < self.opts.background_threads as u64
             && self.may_queue_now(far)
         {
             return self.throttle(far, step, behind, sched);
@@ -1621,10 +1620,7 @@ impl Inner {
             }
         }
         if waited || done > 0 {
-            let ns = elapsed_ns(t);
-            self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
-            self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
-            self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
+            self.record_pacing(elapsed_ns(t));
         }
         Ok(done)
     }
@@ -1667,10 +1663,15 @@ impl Inner {
         let w = &self.counters.waits;
         w.pace_throttles.fetch_add(1, Ordering::Relaxed);
         w.pace_throttle_max_ns.fetch_max(ns, Ordering::Relaxed);
+        self.record_pacing(ns);
+        Ok(0)
+    }
+
+    /// Counts a write's pacing delay of `ns` (a wait, a step, or both).
+    fn record_pacing(&self, ns: u64) {
         self.counters.pacing_delays.fetch_add(1, Ordering::Relaxed);
         self.counters.pacing_ns.fetch_add(ns, Ordering::Relaxed);
         self.counters.pacing_max_ns.fetch_max(ns, Ordering::Relaxed);
-        Ok(0)
     }
 
     /// Waits, at most `PACE_WAIT`, for the background threads' next wake-up of the writers.
