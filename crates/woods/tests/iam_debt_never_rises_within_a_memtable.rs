@@ -12,7 +12,7 @@
 
 mod common;
 
-use woods::{db::BackgroundGate, Db, IamParams, IndexKind, Options};
+use woods::{Db, IamParams, IndexKind};
 
 /// The memtable of the runs (and `C_t`, the node capacity, which follows it).
 const MEMTABLE: u64 = 256 << 10;
@@ -25,15 +25,7 @@ fn held_back(name: &str, kind: IndexKind) {
     let seed = common::seed(name);
     let n = 120_000 * common::scale();
     let dir = tempfile::tempdir().expect("tempdir");
-    let gate = BackgroundGate::closed();
-    let opts = Options {
-        index: Some(kind),
-        cache_bytes: 4 << 20,
-        memtable_bytes: MEMTABLE,
-        background_threads: 1,
-        background_gate: Some(gate.clone()),
-        ..Options::default()
-    };
+    let (opts, gate) = common::held_back_options(kind, MEMTABLE);
     let db = Db::open(dir.path(), opts.clone()).expect("open");
     let mut x = seed;
     let key = |x: &mut u64| {

@@ -15,7 +15,7 @@
 
 mod common;
 
-use woods::{db::BackgroundGate, Db, IndexKind, Options, WriteBatch};
+use woods::{Db, IndexKind, WriteBatch};
 
 /// The memtable of the runs: 1 MiB, so that one job is many steps.
 const MEMTABLE: u64 = 1 << 20;
@@ -31,15 +31,7 @@ fn value(i: u64) -> Vec<u8> {
 fn check(name: &str, kind: IndexKind) {
     let seed = common::seed(name);
     let dir = tempfile::tempdir().expect("tempdir");
-    let gate = BackgroundGate::closed();
-    let opts = Options {
-        index: Some(kind),
-        cache_bytes: 4 << 20,
-        memtable_bytes: MEMTABLE,
-        background_threads: 1,
-        background_gate: Some(gate.clone()),
-        ..Options::default()
-    };
+    let (opts, gate) = common::held_back_options(kind, MEMTABLE);
     let db = Db::open(dir.path(), opts.clone()).expect("open");
     let mut n = 0u64;
     // Single puts until the first memtable is handed to the index: its job is the debt.

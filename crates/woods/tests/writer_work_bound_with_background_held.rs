@@ -12,7 +12,7 @@
 mod common;
 
 use woods::storage::{Purpose, PAGE_SIZE};
-use woods::{db::BackgroundGate, Db, FdTreeParams, IndexKind, NbTreeParams, Options};
+use woods::{Db, FdTreeParams, IndexKind, NbTreeParams};
 
 /// The memtable of the runs: 1 MiB, so that one job is many steps.
 const MEMTABLE: u64 = 1 << 20;
@@ -30,19 +30,8 @@ struct Run {
 /// Puts `n` random keys with one background thread held at its gate throughout.
 fn held_back(kind: IndexKind, n: u64, seed: u64) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
-    let gate = BackgroundGate::closed();
-    let db = Db::open(
-        dir.path(),
-        Options {
-            index: Some(kind),
-            cache_bytes: 4 << 20,
-            memtable_bytes: MEMTABLE,
-            background_threads: 1,
-            background_gate: Some(gate.clone()),
-            ..Options::default()
-        },
-    )
-    .expect("open");
+    let (opts, gate) = common::held_back_options(kind, MEMTABLE);
+    let db = Db::open(dir.path(), opts).expect("open");
     let written = |db: &Db| {
         let io = db.stats().io;
         io.written(Purpose::Flush) + io.written(Purpose::Merge)

@@ -8,6 +8,7 @@ pub mod wal_damage;
 
 use std::sync::Arc;
 
+use woods::db::BackgroundGate;
 use woods::{
     BTreeParams, BoaParams, Db, FdTreeParams, FlushPolicy, IamParams, IndexKind, InsertBuffer,
     LsmParams, MergeOperator, NbTreeParams, Options, PbtParams, StbeParams,
@@ -239,6 +240,22 @@ pub fn assert_random_writes(db: &Db, n: u64, seed: u64, name: &str, when: &str) 
             "{name}: key {i} lost {when}; WOODS_SEED={seed}"
         );
     }
+}
+
+/// Options for `kind` with `memtable_bytes` memtables, a 4 MiB cache and one background thread
+/// held at the gate returned (closed: open it to let the thread run), so that the writers do
+/// the index's work themselves.
+pub fn held_back_options(kind: IndexKind, memtable_bytes: u64) -> (Options, Arc<BackgroundGate>) {
+    let gate = BackgroundGate::closed();
+    let opts = Options {
+        index: Some(kind),
+        cache_bytes: 4 << 20,
+        memtable_bytes,
+        background_threads: 1,
+        background_gate: Some(gate.clone()),
+        ..Options::default()
+    };
+    (opts, gate)
 }
 
 /// How much larger than CI scale to run (WOODS_SCALE, default 1).
